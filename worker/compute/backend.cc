@@ -1,0 +1,35 @@
+#include "worker/compute/backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace pipetrain {
+
+absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name) {
+  if (name == "auto") return BackendKind::kAuto;
+  if (name == "cpu") return BackendKind::kCpu;
+  if (name == "cuda" || name == "gpu") return BackendKind::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown device '", name, "' (want auto, cpu or cuda)"));
+}
+
+absl::StatusOr<Tensor> ToDevice(Backend* backend, const Tensor& host) {
+  if (host.device() != Device::kCpu || host.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError("ToDevice needs a float32 host tensor");
+  }
+  ASSIGN_OR_RETURN(Tensor out, backend->AllocateUninitialized(host.shape()));
+  RETURN_IF_ERROR(backend->CopyFromHost(host.f32(), host.numel(), out.f32()));
+  return out;
+}
+
+absl::StatusOr<Tensor> ToHost(Backend* backend, const Tensor& device_tensor) {
+  if (device_tensor.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError("ToHost needs a float32 tensor");
+  }
+  Tensor out = Tensor::Host(device_tensor.shape());
+  RETURN_IF_ERROR(backend->CopyToHost(device_tensor.f32(),
+                                      device_tensor.numel(), out.f32()));
+  return out;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,421 @@
+#include "worker/compute/cpu/cpu_backend.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/compute/elementwise_math.h"
+
+namespace pipetrain {
+namespace {
+
+// Below this many elements a loop runs on one thread: forking costs more.
+constexpr int64_t kParallelGrain = 1 << 15;
+
+CBLAS_TRANSPOSE Trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
+
+absl::Status BadLabel(int64_t row, float label, int64_t classes) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "label ", label, " of row ", row, " is outside [0, ", classes, ")"));
+}
+
+// Memory comes from aligned_alloc (64-byte aligned for vector loads).
+std::shared_ptr<Storage> HostStorage(size_t bytes, bool zero) {
+  const size_t rounded = std::max<size_t>((bytes + 63) / 64 * 64, 64);
+  void* data = std::aligned_alloc(64, rounded);
+  if (zero) std::memset(data, 0, rounded);
+  return std::make_shared<Storage>(data, bytes, Device::kCpu,
+                                   [](void* p, size_t) { std::free(p); });
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : threads_(threads) {
+    openblas_set_num_threads(threads_);
+    omp_set_num_threads(threads_);
+  }
+
+  Device device() const override { return Device::kCpu; }
+  std::string Describe() const override {
+    return absl::StrCat("cpu (openblas, ", threads_, " threads)");
+  }
+
+  absl::StatusOr<Tensor> Allocate(const Shape& shape) override {
+    return Tensor(HostStorage(NumElements(shape) * sizeof(float), true), shape);
+  }
+  absl::StatusOr<Tensor> AllocateUninitialized(const Shape& shape) override {
+    return Tensor(HostStorage(NumElements(shape) * sizeof(float), false),
+                  shape);
+  }
+  absl::Status CopyFromHost(const float* host, int64_t n, float* dst) override {
+    return Copy(host, n, dst);
+  }
+  absl::Status CopyToHost(const float* src, int64_t n, float* host) override {
+    return Copy(src, n, host);
+  }
+  absl::Status Copy(const float* src, int64_t n, float* dst) override {
+    if (n > 0 && src != dst) std::memcpy(dst, src, n * sizeof(float));
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    float alpha, const float* a, int64_t lda, const float* b,
+                    int64_t ldb, float beta, float* c, int64_t ldc) override {
+    if (m == 0 || n == 0) return absl::OkStatus();
+    cblas_sgemm(CblasRowMajor, Trans(trans_a), Trans(trans_b), m, n, k, alpha,
+                a, lda, b, ldb, beta, c, ldc);
+    return absl::OkStatus();
+  }
+
+  absl::Status GemmStridedBatched(bool trans_a, bool trans_b, int64_t m,
+                                  int64_t n, int64_t k, float alpha,
+                                  const float* a, int64_t lda, int64_t stride_a,
+                                  const float* b, int64_t ldb, int64_t stride_b,
+                                  float beta, float* c, int64_t ldc,
+                                  int64_t stride_c, int64_t batch) override {
+    for (int64_t i = 0; i < batch; ++i) {
+      cblas_sgemm(CblasRowMajor, Trans(trans_a), Trans(trans_b), m, n, k,
+                  alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+                  c + i * stride_c, ldc);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Fill(float* x, int64_t n, float value) override {
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) x[i] = value;
+    return absl::OkStatus();
+  }
+
+  absl::Status Axpby(int64_t n, float alpha, const float* x, float beta,
+                     float* y) override {
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i] + beta * y[i];
+    return absl::OkStatus();
+  }
+
+  absl::Status Add(int64_t n, const float* a, const float* b,
+                   float* out) override {
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    return absl::OkStatus();
+  }
+
+  absl::Status AddRowBroadcast(int64_t rows, int64_t cols, const float* bias,
+                               float* x) override {
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = x + r * cols;
+      for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReluForward(int64_t n, const float* x, float* y) override {
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) y[i] = math::Relu(x[i]);
+    return absl::OkStatus();
+  }
+
+  absl::Status ReluBackward(int64_t n, const float* y, const float* dy,
+                            float* dx) override {
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) dx[i] = math::ReluGrad(y[i], dy[i]);
+    return absl::OkStatus();
+  }
+
+  absl::Status GeluForward(int64_t n, const float* x, float* y) override {
+#pragma omp parallel for if (n > kParallelGrain / 8)
+    for (int64_t i = 0; i < n; ++i) y[i] = math::Gelu(x[i]);
+    return absl::OkStatus();
+  }
+
+  absl::Status GeluBackward(int64_t n, const float* x, const float* dy,
+                            float* dx) override {
+#pragma omp parallel for if (n > kParallelGrain / 8)
+    for (int64_t i = 0; i < n; ++i) dx[i] = math::GeluGrad(x[i], dy[i]);
+    return absl::OkStatus();
+  }
+
+  absl::Status Dropout(int64_t n, const float* x, float rate, uint64_t seed,
+                       float* y) override {
+#pragma omp parallel for if (n > kParallelGrain / 4)
+    for (int64_t i = 0; i < n; ++i) {
+      y[i] = x[i] * math::DropoutScale(seed, static_cast<uint64_t>(i), rate);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ColumnSum(int64_t rows, int64_t cols, const float* x, float beta,
+                         float* out) override {
+    // Parallel over column blocks; each thread sums its columns row by row
+    // (unit stride inner loop).
+    constexpr int64_t kBlock = 256;
+    const int64_t blocks = (cols + kBlock - 1) / kBlock;
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t c0 = blk * kBlock;
+      const int64_t c1 = std::min(cols, c0 + kBlock);
+      float acc[kBlock];
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] = 0.0f;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = x + r * cols;
+        for (int64_t c = c0; c < c1; ++c) acc[c - c0] += row[c];
+      }
+      for (int64_t c = c0; c < c1; ++c) {
+        out[c] = (beta == 0.0f ? 0.0f : beta * out[c]) + acc[c - c0];
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> SumSquares(int64_t n, const float* x) override {
+    double total = 0.0;
+#pragma omp parallel for reduction(+ : total) if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
+    return total;
+  }
+
+  absl::Status SoftmaxForward(int64_t rows, int64_t cols, int64_t causal_t,
+                              const float* x, float* y) override {
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* in = x + r * cols;
+      float* out = y + r * cols;
+      const int64_t valid = causal_t > 0 ? (r % causal_t) + 1 : cols;
+      float max_v = -std::numeric_limits<float>::infinity();
+      for (int64_t c = 0; c < valid; ++c) max_v = std::max(max_v, in[c]);
+      float sum = 0.0f;
+      for (int64_t c = 0; c < valid; ++c) {
+        out[c] = std::exp(in[c] - max_v);
+        sum += out[c];
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t c = 0; c < valid; ++c) out[c] *= inv;
+      for (int64_t c = valid; c < cols; ++c) out[c] = 0.0f;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SoftmaxBackward(int64_t rows, int64_t cols, const float* y,
+                               const float* dy, float* dx) override {
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* yr = y + r * cols;
+      const float* dyr = dy + r * cols;
+      float* dxr = dx + r * cols;
+      float dot = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) dot += yr[c] * dyr[c];
+      for (int64_t c = 0; c < cols; ++c) dxr[c] = yr[c] * (dyr[c] - dot);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status LayerNormForward(int64_t rows, int64_t cols, const float* x,
+                                const float* gamma, const float* beta,
+                                float eps, float* y, float* mean,
+                                float* rstd) override {
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * cols;
+      float* yr = y + r * cols;
+      double sum = 0.0;
+      for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+      const float mu = static_cast<float>(sum / cols);
+      double var = 0.0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double d = xr[c] - mu;
+        var += d * d;
+      }
+      const float rs = 1.0f / std::sqrt(static_cast<float>(var / cols) + eps);
+      for (int64_t c = 0; c < cols; ++c) {
+        yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+      }
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status LayerNormBackward(int64_t rows, int64_t cols, const float* x,
+                                 const float* gamma, const float* mean,
+                                 const float* rstd, const float* dy, float* dx,
+                                 float* dgamma, float* dbeta) override {
+    // dgamma/dbeta are column reductions; done serially over rows to keep
+    // the summation order fixed, then dx in parallel.
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * cols;
+      const float* dyr = dy + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        dgamma[c] += dyr[c] * (xr[c] - mean[r]) * rstd[r];
+        dbeta[c] += dyr[c];
+      }
+    }
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * cols;
+      const float* dyr = dy + r * cols;
+      float* dxr = dx + r * cols;
+      float sum_g = 0.0f;
+      float sum_gx = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) {
+        const float g = dyr[c] * gamma[c];
+        const float xhat = (xr[c] - mean[r]) * rstd[r];
+        sum_g += g;
+        sum_gx += g * xhat;
+      }
+      const float inv_n = 1.0f / cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        const float g = dyr[c] * gamma[c];
+        const float xhat = (xr[c] - mean[r]) * rstd[r];
+        dxr[c] = rstd[r] * (g - inv_n * sum_g - xhat * inv_n * sum_gx);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SoftmaxCrossEntropy(int64_t rows, int64_t cols,
+                                   const float* logits, const float* labels,
+                                   float* probs, float* loss,
+                                   float* correct) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float label = labels[r];
+      if (!(label >= 0.0f && label < static_cast<float>(cols)) ||
+          label != std::floor(label)) {
+        return BadLabel(r, label, cols);
+      }
+    }
+    RETURN_IF_ERROR(SoftmaxForward(rows, cols, 0, logits, probs));
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* p = probs + r * cols;
+      const float* z = logits + r * cols;
+      const int64_t label = static_cast<int64_t>(labels[r]);
+      int64_t arg = 0;
+      for (int64_t c = 1; c < cols; ++c) {
+        if (z[c] > z[arg]) arg = c;
+      }
+      loss[r] = -std::log(std::max(p[label], 1e-30f));
+      correct[r] = arg == label ? 1.0f : 0.0f;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SoftmaxCrossEntropyBackward(int64_t rows, int64_t cols,
+                                           const float* probs,
+                                           const float* labels, float scale,
+                                           float* dlogits) override {
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* p = probs + r * cols;
+      float* d = dlogits + r * cols;
+      const int64_t label = static_cast<int64_t>(labels[r]);
+      for (int64_t c = 0; c < cols; ++c) {
+        d[c] = scale * (p[c] - (c == label ? 1.0f : 0.0f));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status EmbeddingForward(int64_t n, int64_t dim, int64_t vocab,
+                                const float* ids, const float* table,
+                                float* out) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const float id = ids[i];
+      if (!(id >= 0.0f && id < static_cast<float>(vocab)) ||
+          id != std::floor(id)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token id ", id, " at position ", i, " is outside [0, ", vocab,
+            ")"));
+      }
+    }
+#pragma omp parallel for if (n * dim > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(out + i * dim, table + static_cast<int64_t>(ids[i]) * dim,
+                  dim * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status EmbeddingBackward(int64_t n, int64_t dim, const float* ids,
+                                 const float* dy, float* dtable) override {
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = dtable + static_cast<int64_t>(ids[i]) * dim;
+      const float* g = dy + i * dim;
+      for (int64_t c = 0; c < dim; ++c) row[c] += g[c];
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Permute(const Permute4& p, const float* in,
+                       float* out) override {
+    int64_t in_stride[4];
+    in_stride[3] = 1;
+    for (int d = 2; d >= 0; --d) in_stride[d] = in_stride[d + 1] * p.dims[d + 1];
+    int64_t od[4];
+    int64_t os[4];  // input stride of each output dimension
+    for (int k = 0; k < 4; ++k) {
+      od[k] = p.dims[p.perm[k]];
+      os[k] = in_stride[p.perm[k]];
+    }
+#pragma omp parallel for collapse(2) if (od[0] * od[1] * od[2] * od[3] > kParallelGrain)
+    for (int64_t i0 = 0; i0 < od[0]; ++i0) {
+      for (int64_t i1 = 0; i1 < od[1]; ++i1) {
+        float* dst = out + (i0 * od[1] + i1) * od[2] * od[3];
+        const float* src = in + i0 * os[0] + i1 * os[1];
+        for (int64_t i2 = 0; i2 < od[2]; ++i2) {
+          const float* s2 = src + i2 * os[2];
+          float* d2 = dst + i2 * od[3];
+          for (int64_t i3 = 0; i3 < od[3]; ++i3) d2[i3] = s2[i3 * os[3]];
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SgdUpdate(int64_t n, float* w, const float* g, float* m,
+                         float lr, float momentum, float weight_decay,
+                         float grad_scale) override {
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      math::SgdStep(&w[i], g[i], m == nullptr ? nullptr : &m[i], lr, momentum,
+                    weight_decay, grad_scale);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status AdamWUpdate(int64_t n, float* w, const float* g, float* m,
+                           float* v, float lr, float beta1, float beta2,
+                           float eps, float weight_decay, float bias1,
+                           float bias2, float grad_scale) override {
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      math::AdamWStep(&w[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps,
+                      weight_decay, bias1, bias2, grad_scale);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const int threads_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend(int threads) {
+  if (threads <= 0) {
+    threads = std::max(1u, std::thread::hardware_concurrency());
+  }
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,108 @@
+// Checks the CPU backend against direct definitions. (Gradients are checked
+// by finite differences in the layer tests.)
+#include "worker/compute/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pipetrain {
+namespace {
+
+class CpuBackendTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> backend_ = CreateCpuBackend(2);
+};
+
+TEST_F(CpuBackendTest, GemmMatchesNaiveProductForEveryTranspose) {
+  const int m = 3, n = 4, k = 5;
+  std::vector<float> a(m * k), b(k * n);
+  for (int i = 0; i < m * k; ++i) a[i] = 0.1f * i - 0.7f;
+  for (int i = 0; i < k * n; ++i) b[i] = 0.05f * i + 0.3f;
+  // Stored transposes of a and b.
+  std::vector<float> at(k * m), bt(n * k);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < k; ++j) at[j * m + i] = a[i * k + j];
+  for (int i = 0; i < k; ++i)
+    for (int j = 0; j < n; ++j) bt[j * k + i] = b[i * n + j];
+  std::vector<float> want(m * n, 0.0f);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j)
+      for (int p = 0; p < k; ++p) want[i * n + j] += a[i * k + p] * b[p * n + j];
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      std::vector<float> c(m * n, 1.0f);
+      ASSERT_TRUE(backend_
+                      ->Gemm(ta, tb, m, n, k, 1.0f, ta ? at.data() : a.data(),
+                             ta ? m : k, tb ? bt.data() : b.data(), tb ? k : n,
+                             0.5f, c.data(), n)
+                      .ok());
+      for (int i = 0; i < m * n; ++i) {
+        EXPECT_NEAR(c[i], want[i] + 0.5f, 1e-5) << ta << tb << i;
+      }
+    }
+  }
+}
+
+TEST_F(CpuBackendTest, CausalSoftmaxMasksTheFuture) {
+  const int t = 3;
+  std::vector<float> x(t * t, 1.0f), y(t * t);
+  ASSERT_TRUE(backend_->SoftmaxForward(t, t, t, x.data(), y.data()).ok());
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_NEAR(y[3], 0.5f, 1e-7);
+  EXPECT_NEAR(y[8], 1.0f / 3, 1e-7);
+}
+
+TEST_F(CpuBackendTest, CrossEntropyRejectsBadLabels) {
+  std::vector<float> logits = {1, 2, 3, 4}, labels = {1, 2};
+  std::vector<float> probs(4), loss(2), correct(2);
+  auto status = backend_->SoftmaxCrossEntropy(
+      2, 2, logits.data(), labels.data(), probs.data(), loss.data(),
+      correct.data());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("row 1"), std::string::npos) << status;
+  labels = {1, 0};
+  ASSERT_TRUE(backend_
+                  ->SoftmaxCrossEntropy(2, 2, logits.data(), labels.data(),
+                                        probs.data(), loss.data(),
+                                        correct.data())
+                  .ok());
+  EXPECT_NEAR(loss[0], std::log(1 + std::exp(-1.0f)), 1e-6);
+  EXPECT_EQ(correct[0], 1.0f);
+  EXPECT_EQ(correct[1], 0.0f);
+}
+
+TEST_F(CpuBackendTest, PermuteSwapsMiddleDimensions) {
+  // [1, 2, 3, 1] -> perm (0, 2, 1, 3) -> [1, 3, 2, 1].
+  std::vector<float> in = {0, 1, 2, 3, 4, 5}, out(6);
+  Permute4 p{{1, 2, 3, 1}, {0, 2, 1, 3}};
+  ASSERT_TRUE(backend_->Permute(p, in.data(), out.data()).ok());
+  EXPECT_EQ(out, (std::vector<float>{0, 3, 1, 4, 2, 5}));
+}
+
+TEST_F(CpuBackendTest, ColumnSumAndSumSquares) {
+  std::vector<float> x = {1, 2, 3, 4, 5, 6};  // [2, 3]
+  std::vector<float> out = {10, 10, 10};
+  ASSERT_TRUE(backend_->ColumnSum(2, 3, x.data(), 1.0f, out.data()).ok());
+  EXPECT_EQ(out, (std::vector<float>{15, 17, 19}));
+  auto ss = backend_->SumSquares(6, x.data());
+  ASSERT_TRUE(ss.ok());
+  EXPECT_DOUBLE_EQ(*ss, 91.0);
+}
+
+TEST_F(CpuBackendTest, DropoutKeepsExpectedFractionAndIsReproducible) {
+  const int n = 100000;
+  std::vector<float> x(n, 1.0f), y1(n), y2(n);
+  ASSERT_TRUE(backend_->Dropout(n, x.data(), 0.25f, 7, y1.data()).ok());
+  ASSERT_TRUE(backend_->Dropout(n, x.data(), 0.25f, 7, y2.data()).ok());
+  EXPECT_EQ(y1, y2);
+  int kept = 0;
+  for (float v : y1) kept += v != 0.0f;
+  EXPECT_NEAR(kept / static_cast<double>(n), 0.75, 0.01);
+  EXPECT_NEAR(y1[0] == 0.0f ? y1[1] + y1[2] : y1[0], 1.0f / 0.75f, 1.0);
+}
+
+}  // namespace
+}  // namespace pipetrain

@@ -1,0 +1,141 @@
+#include "worker/compute/tensor.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/compute/half.h"
+
+namespace pipetrain {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
+  }
+  return 4;
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+  }
+  return "?";
+}
+
+const char* DeviceName(Device device) {
+  return device == Device::kCuda ? "cuda" : "cpu";
+}
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeToString(const Shape& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+Storage::Storage(void* data, size_t bytes, Device device,
+                 std::function<void(void*, size_t)> deleter)
+    : data_(data), bytes_(bytes), device_(device), deleter_(std::move(deleter)) {}
+
+Storage::~Storage() {
+  if (deleter_) deleter_(data_, bytes_);
+}
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype,
+               size_t byte_offset)
+    : storage_(std::move(storage)),
+      shape_(std::move(shape)),
+      dtype_(dtype),
+      byte_offset_(byte_offset) {}
+
+Tensor Tensor::Host(Shape shape, DType dtype) {
+  const size_t bytes = std::max<size_t>(NumElements(shape) * DTypeSize(dtype), 1);
+  void* data = std::calloc(bytes, 1);
+  auto storage = std::make_shared<Storage>(
+      data, bytes, Device::kCpu, [](void* p, size_t) { std::free(p); });
+  return Tensor(std::move(storage), std::move(shape), dtype);
+}
+
+Tensor Tensor::HostFrom(Shape shape, absl::Span<const float> values) {
+  Tensor t = Host(std::move(shape));
+  const size_t n = std::min<size_t>(values.size(), t.numel());
+  if (n > 0) std::memcpy(t.f32(), values.data(), n * sizeof(float));
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::Reshaped(Shape shape) const {
+  if (NumElements(shape) != numel()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot reshape ", ShapeToString(shape_), " to ",
+                     ShapeToString(shape)));
+  }
+  return Tensor(storage_, std::move(shape), dtype_, byte_offset_);
+}
+
+absl::StatusOr<Tensor> Tensor::SliceRows(int64_t begin, int64_t end) const {
+  if (shape_.empty() || begin < 0 || end > shape_[0] || begin > end) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows [", begin, ", ", end, ") out of range for ",
+                     ShapeToString(shape_)));
+  }
+  Shape shape = shape_;
+  shape[0] = end - begin;
+  const size_t row_bytes = (shape_[0] == 0 ? 0 : bytes() / shape_[0]);
+  return Tensor(storage_, std::move(shape), dtype_,
+                byte_offset_ + begin * row_bytes);
+}
+
+std::vector<float> Tensor::ToVector() const {
+  std::vector<float> out(numel());
+  if (!out.empty()) std::memcpy(out.data(), f32(), out.size() * sizeof(float));
+  return out;
+}
+
+absl::StatusOr<Tensor> ConvertDType(const Tensor& host, DType to) {
+  if (host.device() != Device::kCpu) {
+    return absl::InvalidArgumentError("ConvertDType needs a host tensor");
+  }
+  if (host.dtype() == to) return host;
+  Tensor out = Tensor::Host(host.shape(), to);
+  const int64_t n = host.numel();
+  if (host.dtype() == DType::kF32) {
+    const float* src = host.f32();
+    uint16_t* dst = out.u16();
+    if (to == DType::kBF16) {
+      for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(src[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalf(src[i]);
+    }
+    return out;
+  }
+  if (to != DType::kF32) {
+    // Half <-> bf16 goes through float32.
+    absl::StatusOr<Tensor> f = ConvertDType(host, DType::kF32);
+    if (!f.ok()) return f.status();
+    return ConvertDType(*f, to);
+  }
+  const uint16_t* src = host.u16();
+  float* dst = out.f32();
+  if (host.dtype() == DType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(src[i]);
+  }
+  return out;
+}
+
+}  // namespace pipetrain

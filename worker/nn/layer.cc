@@ -1,0 +1,37 @@
+#include "worker/nn/layer.h"
+
+#include "common/status_macros.h"
+#include "worker/compute/elementwise_math.h"
+
+namespace pipetrain {
+
+void ZeroGrads(const std::vector<Param*>& params) {
+  for (Param* p : params) p->grad_fresh = true;
+}
+
+uint64_t LayerInitSeed(uint64_t seed, int64_t layer_index, int64_t child) {
+  return math::SplitMix64(math::SplitMix64(seed ^ 0x5eed5eedull) +
+                          static_cast<uint64_t>(layer_index) * 1000003ull +
+                          static_cast<uint64_t>(child));
+}
+
+absl::StatusOr<Param> MakeParam(Backend* backend, std::string name,
+                                const Shape& shape, uint64_t init_seed,
+                                int slot, float bound, float constant) {
+  Tensor host = Tensor::Host(shape);
+  float* v = host.f32();
+  const uint64_t stream = math::SplitMix64(init_seed + 7919ull * (slot + 1));
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    v[i] = bound == 0.0f
+               ? constant
+               : (2.0f * math::UniformAt(stream, static_cast<uint64_t>(i)) -
+                  1.0f) * bound;
+  }
+  Param p;
+  p.name = std::move(name);
+  ASSIGN_OR_RETURN(p.value, ToDevice(backend, host));
+  ASSIGN_OR_RETURN(p.grad, backend->Allocate(shape));
+  return p;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,92 @@
+// Layers with explicit forward and backward passes.
+//
+// A model is a sequence of layers, so no autograd engine is needed: the
+// executor calls Forward in order and Backward in reverse. What a forward
+// pass must keep for its backward pass lives in a LayerContext owned by the
+// caller, so a stage can hold many micro-batches in flight at once (or drop
+// them and recompute, for re-materialization).
+//
+// Thread-compatibility: a layer is used by one thread at a time (the stage's
+// compute thread). Parameters are device tensors of the layer's backend.
+#ifndef PIPETRAIN_WORKER_NN_LAYER_H_
+#define PIPETRAIN_WORKER_NN_LAYER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/compute/backend.h"
+#include "worker/compute/tensor.h"
+
+namespace pipetrain {
+
+// A learned tensor and its gradient.
+struct Param {
+  std::string name;
+  Tensor value;
+  Tensor grad;
+  // True when `grad` holds nothing yet: the next backward overwrites it
+  // instead of accumulating (saves zeroing every step). Set by ZeroGrads.
+  bool grad_fresh = true;
+};
+
+// What one forward pass saved for its backward pass.
+struct LayerContext {
+  std::vector<Tensor> saved;
+  Shape input_shape;
+  // Contexts of sub-layers (composite layers such as a Transformer block).
+  std::vector<LayerContext> children;
+};
+
+// Per-call options of a forward pass.
+struct ForwardOptions {
+  bool training = true;
+  // Seeds dropout masks; the executor derives it from (job seed, step,
+  // micro-batch) so a recomputed forward draws the same masks.
+  uint64_t dropout_seed = 0;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  // The spec's name of this kind of layer ("linear", "relu", ...).
+  virtual std::string_view kind() const = 0;
+
+  // Runs the layer on `x` ([batch, ...]); fills `ctx` with what Backward
+  // needs (ctx may be null when no backward will follow).
+  virtual absl::StatusOr<Tensor> Forward(const Tensor& x,
+                                         const ForwardOptions& options,
+                                         LayerContext* ctx) = 0;
+
+  // Given dL/dy, accumulates parameter gradients and returns dL/dx (an empty
+  // tensor when `need_dx` is false). `ctx` comes from the matching Forward.
+  virtual absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                          const ForwardOptions& options,
+                                          LayerContext* ctx, bool need_dx) = 0;
+
+  // The layer's parameters (borrowed; owned by the layer).
+  virtual std::vector<Param*> params() { return {}; }
+};
+
+// Marks every gradient as empty; the next backward overwrites it.
+void ZeroGrads(const std::vector<Param*>& params);
+
+// A seed for the random initialization of one layer (or sub-layer), a pure
+// function of the job seed and the layer's place, so layer i's weights are
+// the same however the model is partitioned.
+uint64_t LayerInitSeed(uint64_t seed, int64_t layer_index, int64_t child = 0);
+
+// Creates a parameter of `shape` on `backend` filled with values uniform in
+// [-bound, bound] drawn from (init_seed, slot), or with `constant` when bound
+// is zero.
+absl::StatusOr<Param> MakeParam(Backend* backend, std::string name,
+                                const Shape& shape, uint64_t init_seed,
+                                int slot, float bound, float constant = 0.0f);
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_WORKER_NN_LAYER_H_

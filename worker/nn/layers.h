@@ -1,0 +1,191 @@
+// The concrete layers. Shapes are [batch, ..., features]; layers that act on
+// features treat every leading dimension as rows. See model.proto for the
+// spec of each.
+#ifndef PIPETRAIN_WORKER_NN_LAYERS_H_
+#define PIPETRAIN_WORKER_NN_LAYERS_H_
+
+#include <memory>
+
+#include "worker/nn/layer.h"
+
+namespace pipetrain {
+
+// y = x W + b with W [in, out], b [out].
+class Linear final : public Layer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Linear>> Create(
+      Backend* backend, int64_t in, int64_t out, bool bias, uint64_t init_seed);
+  std::string_view kind() const override { return "linear"; }
+  absl::StatusOr<Tensor> Forward(const Tensor& x, const ForwardOptions& options,
+                                 LayerContext* ctx) override;
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const ForwardOptions& options,
+                                  LayerContext* ctx, bool need_dx) override;
+  std::vector<Param*> params() override;
+
+ private:
+  Linear(Backend* backend, int64_t in, int64_t out)
+      : backend_(backend), in_(in), out_(out) {}
+  Backend* const backend_;  // borrowed
+  const int64_t in_;
+  const int64_t out_;
+  Param weight_;
+  std::unique_ptr<Param> bias_;
+};
+
+class Relu final : public Layer {
+ public:
+  explicit Relu(Backend* backend) : backend_(backend) {}
+  std::string_view kind() const override { return "relu"; }
+  absl::StatusOr<Tensor> Forward(const Tensor& x, const ForwardOptions& options,
+                                 LayerContext* ctx) override;
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const ForwardOptions& options,
+                                  LayerContext* ctx, bool need_dx) override;
+
+ private:
+  Backend* const backend_;  // borrowed
+};
+
+class Gelu final : public Layer {
+ public:
+  explicit Gelu(Backend* backend) : backend_(backend) {}
+  std::string_view kind() const override { return "gelu"; }
+  absl::StatusOr<Tensor> Forward(const Tensor& x, const ForwardOptions& options,
+                                 LayerContext* ctx) override;
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const ForwardOptions& options,
+                                  LayerContext* ctx, bool need_dx) override;
+
+ private:
+  Backend* const backend_;  // borrowed
+};
+
+// Inverted dropout. Identity when not training.
+class Dropout final : public Layer {
+ public:
+  // `mask_salt` distinguishes this layer's masks from other layers'.
+  Dropout(Backend* backend, float rate, uint64_t mask_salt)
+      : backend_(backend), rate_(rate), mask_salt_(mask_salt) {}
+  std::string_view kind() const override { return "dropout"; }
+  absl::StatusOr<Tensor> Forward(const Tensor& x, const ForwardOptions& options,
+                                 LayerContext* ctx) override;
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const ForwardOptions& options,
+                                  LayerContext* ctx, bool need_dx) override;
+
+ private:
+  uint64_t MaskSeed(const ForwardOptions& options) const;
+  Backend* const backend_;  // borrowed
+  const float rate_;
+  const uint64_t mask_salt_;
+};
+
+// [B, d1, d2, ...] -> [B, d1 * d2 * ...]; a view, no copy.
+class Flatten final : public Layer {
+ public:
+  std::string_view kind() const override { return "flatten"; }
+  absl::StatusOr<Tensor> Forward(const Tensor& x, const ForwardOptions& options,
+                                 LayerContext* ctx) override;
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const ForwardOptions& options,
+                                  LayerContext* ctx, bool need_dx) override;
+};
+
+class LayerNorm final : public Layer {
+ public:
+  static absl::StatusOr<std::unique_ptr<LayerNorm>> Create(Backend* backend,
+                                                           int64_t features,
+                                                           float eps);
+  std::string_view kind() const override { return "layer_norm"; }
+  absl::StatusOr<Tensor> Forward(const Tensor& x, const ForwardOptions& options,
+                                 LayerContext* ctx) override;
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const ForwardOptions& options,
+                                  LayerContext* ctx, bool need_dx) override;
+  std::vector<Param*> params() override { return {&gamma_, &beta_}; }
+
+ private:
+  LayerNorm(Backend* backend, int64_t features, float eps)
+      : backend_(backend), features_(features), eps_(eps) {}
+  Backend* const backend_;  // borrowed
+  const int64_t features_;
+  const float eps_;
+  Param gamma_;
+  Param beta_;
+};
+
+// Token ids [B, T] -> token embedding + positional embedding [B, T, dim].
+// The ids are not differentiable: Backward returns an empty dx.
+class Embedding final : public Layer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Embedding>> Create(
+      Backend* backend, int64_t vocab, int64_t dim, int64_t max_seq_len,
+      uint64_t init_seed);
+  std::string_view kind() const override { return "embedding"; }
+  absl::StatusOr<Tensor> Forward(const Tensor& x, const ForwardOptions& options,
+                                 LayerContext* ctx) override;
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const ForwardOptions& options,
+                                  LayerContext* ctx, bool need_dx) override;
+  std::vector<Param*> params() override { return {&tokens_, &positions_}; }
+
+ private:
+  Embedding(Backend* backend, int64_t vocab, int64_t dim, int64_t max_seq_len)
+      : backend_(backend), vocab_(vocab), dim_(dim), max_seq_len_(max_seq_len) {}
+  Backend* const backend_;  // borrowed
+  const int64_t vocab_;
+  const int64_t dim_;
+  const int64_t max_seq_len_;
+  Param tokens_;
+  Param positions_;
+};
+
+// Causal multi-head self-attention on [B, T, dim] (no residual).
+class CausalSelfAttention final : public Layer {
+ public:
+  static absl::StatusOr<std::unique_ptr<CausalSelfAttention>> Create(
+      Backend* backend, int64_t dim, int64_t heads, uint64_t init_seed);
+  std::string_view kind() const override { return "attention"; }
+  absl::StatusOr<Tensor> Forward(const Tensor& x, const ForwardOptions& options,
+                                 LayerContext* ctx) override;
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const ForwardOptions& options,
+                                  LayerContext* ctx, bool need_dx) override;
+  std::vector<Param*> params() override;
+
+ private:
+  CausalSelfAttention(Backend* backend, int64_t dim, int64_t heads)
+      : backend_(backend), dim_(dim), heads_(heads) {}
+  Backend* const backend_;  // borrowed
+  const int64_t dim_;
+  const int64_t heads_;
+  std::unique_ptr<Linear> qkv_;  // dim -> 3 * dim
+  std::unique_ptr<Linear> out_;  // dim -> dim
+};
+
+// Pre-norm Transformer block: h = x + Attn(LN1(x)); y = h + MLP(LN2(h)).
+class TransformerBlock final : public Layer {
+ public:
+  static absl::StatusOr<std::unique_ptr<TransformerBlock>> Create(
+      Backend* backend, int64_t dim, int64_t heads, int64_t mlp_dim,
+      uint64_t seed, int64_t layer_index);
+  std::string_view kind() const override { return "transformer_block"; }
+  absl::StatusOr<Tensor> Forward(const Tensor& x, const ForwardOptions& options,
+                                 LayerContext* ctx) override;
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const ForwardOptions& options,
+                                  LayerContext* ctx, bool need_dx) override;
+  std::vector<Param*> params() override;
+
+ private:
+  explicit TransformerBlock(Backend* backend) : backend_(backend) {}
+  Backend* const backend_;  // borrowed
+  // The residual branches, in order: ln1, attn | ln2, fc1, gelu, fc2.
+  std::vector<std::unique_ptr<Layer>> attn_branch_;
+  std::vector<std::unique_ptr<Layer>> mlp_branch_;
+};
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_WORKER_NN_LAYERS_H_

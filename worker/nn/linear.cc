@@ -1,0 +1,84 @@
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/nn/layers.h"
+
+namespace pipetrain {
+
+absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(Backend* backend,
+                                                       int64_t in, int64_t out,
+                                                       bool bias,
+                                                       uint64_t init_seed) {
+  std::unique_ptr<Linear> layer(new Linear(backend, in, out));
+  // U(-1/sqrt(in), 1/sqrt(in)), as PyTorch's default for nn.Linear weights.
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in));
+  ASSIGN_OR_RETURN(layer->weight_,
+                   MakeParam(backend, "weight", {in, out}, init_seed, 0, bound));
+  if (bias) {
+    ASSIGN_OR_RETURN(Param b, MakeParam(backend, "bias", {out}, init_seed, 1,
+                                        0.0f, 0.0f));
+    layer->bias_ = std::make_unique<Param>(std::move(b));
+  }
+  return layer;
+}
+
+std::vector<Param*> Linear::params() {
+  std::vector<Param*> out = {&weight_};
+  if (bias_ != nullptr) out.push_back(bias_.get());
+  return out;
+}
+
+absl::StatusOr<Tensor> Linear::Forward(const Tensor& x, const ForwardOptions&,
+                                       LayerContext* ctx) {
+  if (x.rank() < 1 || x.dim(-1) != in_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("linear expects last dimension ", in_, ", got shape ",
+                     ShapeToString(x.shape())));
+  }
+  const int64_t rows = x.numel() / in_;
+  Shape out_shape = x.shape();
+  out_shape.back() = out_;
+  ASSIGN_OR_RETURN(Tensor y, backend_->AllocateUninitialized(out_shape));
+  RETURN_IF_ERROR(backend_->Gemm(false, false, rows, out_, in_, 1.0f, x.f32(),
+                                 in_, weight_.value.f32(), out_, 0.0f, y.f32(),
+                                 out_));
+  if (bias_ != nullptr) {
+    RETURN_IF_ERROR(
+        backend_->AddRowBroadcast(rows, out_, bias_->value.f32(), y.f32()));
+  }
+  if (ctx != nullptr) ctx->saved = {x};
+  return y;
+}
+
+absl::StatusOr<Tensor> Linear::Backward(const Tensor& dy, const ForwardOptions&,
+                                        LayerContext* ctx, bool need_dx) {
+  const Tensor& x = ctx->saved.at(0);
+  const int64_t rows = x.numel() / in_;
+  if (dy.numel() != rows * out_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("linear backward: gradient shape ",
+                     ShapeToString(dy.shape()), " does not match output rows ",
+                     rows, " x ", out_));
+  }
+  // dW (+)= x^T dy; db (+)= column sums of dy.
+  const float w_beta = weight_.grad_fresh ? 0.0f : 1.0f;
+  RETURN_IF_ERROR(backend_->Gemm(true, false, in_, out_, rows, 1.0f, x.f32(),
+                                 in_, dy.f32(), out_, w_beta,
+                                 weight_.grad.f32(), out_));
+  weight_.grad_fresh = false;
+  if (bias_ != nullptr) {
+    RETURN_IF_ERROR(backend_->ColumnSum(rows, out_, dy.f32(),
+                                        bias_->grad_fresh ? 0.0f : 1.0f,
+                                        bias_->grad.f32()));
+    bias_->grad_fresh = false;
+  }
+  if (!need_dx) return Tensor();
+  ASSIGN_OR_RETURN(Tensor dx, backend_->AllocateUninitialized(x.shape()));
+  RETURN_IF_ERROR(backend_->Gemm(false, true, rows, in_, out_, 1.0f, dy.f32(),
+                                 out_, weight_.value.f32(), out_, 0.0f,
+                                 dx.f32(), in_));
+  return dx;
+}
+
+}  // namespace pipetrain

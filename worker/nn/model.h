@@ -1,0 +1,85 @@
+// Model specs (validation, JSON I/O) and a built range of a model's layers.
+//
+// A stage of a pipeline holds layers [begin, end) of the spec; the whole
+// model is the range [0, layers_size). Initialization depends only on the
+// job seed and each layer's index in the spec, so a model gets the same
+// weights however it is partitioned.
+#ifndef PIPETRAIN_WORKER_NN_MODEL_H_
+#define PIPETRAIN_WORKER_NN_MODEL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pipetrain/v1/job.pb.h"
+#include "pipetrain/v1/model.pb.h"
+#include "worker/compute/backend.h"
+#include "worker/nn/layer.h"
+
+namespace pipetrain {
+
+// Checks a spec and returns the per-sample shape after every layer
+// (element 0 is the input shape, element i + 1 the output of layer i).
+// Errors are InvalidArgument naming the layer index and field, e.g.
+// "layers[2].linear.in_features: 512 does not match the input's last
+// dimension 256".
+absl::StatusOr<std::vector<Shape>> ValidateModelSpec(const v1::ModelSpec& spec);
+
+// Parses a message from protobuf JSON (InvalidArgument on malformed JSON or
+// unknown fields) and writes one as indented JSON.
+absl::Status ParseJson(const std::string& json, google::protobuf::Message* msg);
+std::string ToJson(const google::protobuf::Message& msg);
+// Reads a file and parses it (NotFound naming the file when it is missing).
+absl::Status ReadJsonFile(const std::string& path,
+                          google::protobuf::Message* msg);
+
+// Layers [begin, end) of a spec, built on one backend.
+// Not thread-safe: owned by one compute thread.
+class Model {
+ public:
+  // Validates the spec and the range, then builds the layers.
+  static absl::StatusOr<std::unique_ptr<Model>> Build(
+      const v1::ModelSpec& spec, int begin, int end, Backend* backend,
+      uint64_t seed);
+
+  int begin() const { return begin_; }
+  int end() const { return end_; }
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  Layer* layer(int i) { return layers_[i].get(); }
+  // Per-sample input shape of this range (the spec's output of layer begin-1).
+  const Shape& input_shape() const { return input_shape_; }
+  const Shape& output_shape() const { return output_shape_; }
+  const std::vector<Param*>& params() const { return params_; }
+  int64_t num_parameters() const;
+
+  // Runs every layer. `contexts` (resized to num_layers()) receives what
+  // Backward needs; null when no backward follows (evaluation).
+  absl::StatusOr<Tensor> Forward(const Tensor& x, const ForwardOptions& options,
+                                 std::vector<LayerContext>* contexts);
+  // Runs every layer backwards from dL/dy; accumulates parameter gradients
+  // and returns dL/dx (empty when need_dx is false).
+  absl::StatusOr<Tensor> Backward(const Tensor& dy, const ForwardOptions& options,
+                                  std::vector<LayerContext>* contexts,
+                                  bool need_dx);
+
+  // Copies of every parameter on the host, in params() order.
+  absl::StatusOr<std::vector<Tensor>> ParamsToHost() const;
+  // Overwrites the parameters from host tensors of the same shapes.
+  absl::Status LoadParams(const std::vector<Tensor>& host);
+
+ private:
+  Model(Backend* backend, int begin, int end)
+      : backend_(backend), begin_(begin), end_(end) {}
+  Backend* const backend_;  // borrowed
+  const int begin_;
+  const int end_;
+  Shape input_shape_;
+  Shape output_shape_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Param*> params_;
+};
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_WORKER_NN_MODEL_H_

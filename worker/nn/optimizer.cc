@@ -1,0 +1,121 @@
+#include "worker/nn/optimizer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace pipetrain {
+namespace {
+
+absl::Status BadField(const char* field, float value, const char* want) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("optimizer.", field, " = ", value, ": ", want));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
+    const v1::OptimizerSpec& spec, Backend* backend) {
+  if (spec.clip_grad_norm() < 0) {
+    return BadField("clip_grad_norm", spec.clip_grad_norm(), "must be >= 0");
+  }
+  v1::OptimizerSpec resolved = spec;
+  switch (spec.kind_case()) {
+    case v1::OptimizerSpec::kSgd: {
+      const auto& s = spec.sgd();
+      if (!(s.lr() > 0)) return BadField("sgd.lr", s.lr(), "must be > 0");
+      if (s.momentum() < 0 || s.momentum() >= 1) {
+        return BadField("sgd.momentum", s.momentum(), "must be in [0, 1)");
+      }
+      if (s.weight_decay() < 0) {
+        return BadField("sgd.weight_decay", s.weight_decay(), "must be >= 0");
+      }
+      break;
+    }
+    case v1::OptimizerSpec::kAdamw: {
+      auto* a = resolved.mutable_adamw();
+      if (!(a->lr() > 0)) return BadField("adamw.lr", a->lr(), "must be > 0");
+      if (a->beta1() == 0) a->set_beta1(0.9f);
+      if (a->beta2() == 0) a->set_beta2(0.999f);
+      if (a->eps() == 0) a->set_eps(1e-8f);
+      if (a->beta1() < 0 || a->beta1() >= 1) {
+        return BadField("adamw.beta1", a->beta1(), "must be in [0, 1)");
+      }
+      if (a->beta2() < 0 || a->beta2() >= 1) {
+        return BadField("adamw.beta2", a->beta2(), "must be in [0, 1)");
+      }
+      if (a->weight_decay() < 0) {
+        return BadField("adamw.weight_decay", a->weight_decay(), "must be >= 0");
+      }
+      break;
+    }
+    case v1::OptimizerSpec::KIND_NOT_SET:
+      return absl::InvalidArgumentError(
+          "optimizer: set one of optimizer.sgd or optimizer.adamw");
+  }
+  return std::unique_ptr<Optimizer>(new Optimizer(resolved, backend));
+}
+
+absl::StatusOr<Optimizer::State*> Optimizer::StateFor(Param* param,
+                                                      bool needs_v) {
+  auto [it, inserted] = state_.try_emplace(param);
+  if (inserted) {
+    ASSIGN_OR_RETURN(it->second.m, backend_->Allocate(param->value.shape()));
+    if (needs_v) {
+      ASSIGN_OR_RETURN(it->second.v, backend_->Allocate(param->value.shape()));
+    }
+  }
+  return &it->second;
+}
+
+absl::Status Optimizer::Step(const std::vector<Param*>& params,
+                             float grad_scale) {
+  ++steps_;
+  for (Param* p : params) {
+    if (p->grad_fresh) continue;
+    const int64_t n = p->value.numel();
+    if (spec_.has_sgd()) {
+      const auto& s = spec_.sgd();
+      float* m = nullptr;
+      if (s.momentum() != 0) {
+        ASSIGN_OR_RETURN(State * st, StateFor(p, false));
+        m = st->m.f32();
+      }
+      RETURN_IF_ERROR(backend_->SgdUpdate(n, p->value.f32(), p->grad.f32(), m,
+                                          s.lr(), s.momentum(),
+                                          s.weight_decay(), grad_scale));
+    } else {
+      const auto& a = spec_.adamw();
+      ASSIGN_OR_RETURN(State * st, StateFor(p, true));
+      const float bias1 = 1.0f - std::pow(a.beta1(), static_cast<float>(steps_));
+      const float bias2 = 1.0f - std::pow(a.beta2(), static_cast<float>(steps_));
+      RETURN_IF_ERROR(backend_->AdamWUpdate(
+          n, p->value.f32(), p->grad.f32(), st->m.f32(), st->v.f32(), a.lr(),
+          a.beta1(), a.beta2(), a.eps(), a.weight_decay(), bias1, bias2,
+          grad_scale));
+    }
+    p->grad_fresh = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> GradSumSquares(Backend* backend,
+                                      const std::vector<Param*>& params) {
+  double total = 0.0;
+  for (const Param* p : params) {
+    if (p->grad_fresh) continue;
+    ASSIGN_OR_RETURN(double s, backend->SumSquares(p->grad.numel(), p->grad.f32()));
+    total += s;
+  }
+  return total;
+}
+
+float ClipScale(double sum_squares, float max_norm) {
+  if (max_norm <= 0) return 1.0f;
+  const double norm = std::sqrt(sum_squares);
+  if (norm <= max_norm) return 1.0f;
+  return static_cast<float>(max_norm / (norm + 1e-6));
+}
+
+}  // namespace pipetrain
