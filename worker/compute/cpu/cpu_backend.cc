@@ -1,7 +1,6 @@
 #include "worker/compute/cpu/cpu_backend.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,12 +11,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/compute/cpu/parallel_for.h"
 #include "worker/compute/elementwise_math.h"
 
 namespace pipetrain {
 namespace {
 
-// Below this many elements a loop runs on one thread: forking costs more.
+// Below this many elements per thread a loop runs on fewer threads: waking
+// a worker costs more.
 constexpr int64_t kParallelGrain = 1 << 15;
 
 CBLAS_TRANSPOSE Trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
@@ -38,9 +39,8 @@ std::shared_ptr<Storage> HostStorage(size_t bytes, bool zero) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) : threads_(threads) {
+  explicit CpuBackend(int threads) : threads_(threads), pool_(threads) {
     openblas_set_num_threads(threads_);
-    omp_set_num_threads(threads_);
   }
 
   Device device() const override { return Device::kCpu; }
@@ -83,75 +83,103 @@ class CpuBackend final : public Backend {
                                   float beta, float* c, int64_t ldc,
                                   int64_t stride_c, int64_t batch) override {
     for (int64_t i = 0; i < batch; ++i) {
-      cblas_sgemm(CblasRowMajor, Trans(trans_a), Trans(trans_b), m, n, k,
-                  alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+      cblas_sgemm(CblasRowMajor, Trans(trans_a), Trans(trans_b), m, n, k, alpha,
+                  a + i * stride_a, lda, b + i * stride_b, ldb, beta,
                   c + i * stride_c, ldc);
     }
     return absl::OkStatus();
   }
 
   absl::Status Fill(float* x, int64_t n, float value) override {
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) x[i] = value;
+    pool_.Run(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        x[i] = value;
+      }
+    });
     return absl::OkStatus();
   }
 
   absl::Status Axpby(int64_t n, float alpha, const float* x, float beta,
                      float* y) override {
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i] + beta * y[i];
+    pool_.Run(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        y[i] = alpha * x[i] + beta * y[i];
+      }
+    });
     return absl::OkStatus();
   }
 
   absl::Status Add(int64_t n, const float* a, const float* b,
                    float* out) override {
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    pool_.Run(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        out[i] = a[i] + b[i];
+      }
+    });
     return absl::OkStatus();
   }
 
   absl::Status AddRowBroadcast(int64_t rows, int64_t cols, const float* bias,
                                float* x) override {
-#pragma omp parallel for if (rows * cols > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      float* row = x + r * cols;
-      for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
-    }
+    pool_.Run(rows,
+              std::max<int64_t>(
+                  1, (kParallelGrain) /
+                         std::max<int64_t>(
+                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  float* row = x + r * cols;
+                  for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
+                }
+              });
     return absl::OkStatus();
   }
 
   absl::Status ReluForward(int64_t n, const float* x, float* y) override {
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) y[i] = math::Relu(x[i]);
+    pool_.Run(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        y[i] = math::Relu(x[i]);
+      }
+    });
     return absl::OkStatus();
   }
 
   absl::Status ReluBackward(int64_t n, const float* y, const float* dy,
                             float* dx) override {
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) dx[i] = math::ReluGrad(y[i], dy[i]);
+    pool_.Run(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        dx[i] = math::ReluGrad(y[i], dy[i]);
+      }
+    });
     return absl::OkStatus();
   }
 
   absl::Status GeluForward(int64_t n, const float* x, float* y) override {
-#pragma omp parallel for if (n > kParallelGrain / 8)
-    for (int64_t i = 0; i < n; ++i) y[i] = math::Gelu(x[i]);
+    pool_.Run(n, kParallelGrain / 8, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        y[i] = math::Gelu(x[i]);
+      }
+    });
     return absl::OkStatus();
   }
 
   absl::Status GeluBackward(int64_t n, const float* x, const float* dy,
                             float* dx) override {
-#pragma omp parallel for if (n > kParallelGrain / 8)
-    for (int64_t i = 0; i < n; ++i) dx[i] = math::GeluGrad(x[i], dy[i]);
+    pool_.Run(n, kParallelGrain / 8, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        dx[i] = math::GeluGrad(x[i], dy[i]);
+      }
+    });
     return absl::OkStatus();
   }
 
   absl::Status Dropout(int64_t n, const float* x, float rate, uint64_t seed,
                        float* y) override {
-#pragma omp parallel for if (n > kParallelGrain / 4)
-    for (int64_t i = 0; i < n; ++i) {
-      y[i] = x[i] * math::DropoutScale(seed, static_cast<uint64_t>(i), rate);
-    }
+    pool_.Run(n, kParallelGrain / 4, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        y[i] = x[i] * math::DropoutScale(seed, static_cast<uint64_t>(i), rate);
+      }
+    });
     return absl::OkStatus();
   }
 
@@ -161,62 +189,92 @@ class CpuBackend final : public Backend {
     // (unit stride inner loop).
     constexpr int64_t kBlock = 256;
     const int64_t blocks = (cols + kBlock - 1) / kBlock;
-#pragma omp parallel for if (rows * cols > kParallelGrain)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t c0 = blk * kBlock;
-      const int64_t c1 = std::min(cols, c0 + kBlock);
-      float acc[kBlock];
-      for (int64_t c = c0; c < c1; ++c) acc[c - c0] = 0.0f;
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* row = x + r * cols;
-        for (int64_t c = c0; c < c1; ++c) acc[c - c0] += row[c];
-      }
-      for (int64_t c = c0; c < c1; ++c) {
-        out[c] = (beta == 0.0f ? 0.0f : beta * out[c]) + acc[c - c0];
-      }
-    }
+    pool_.Run(blocks,
+              std::max<int64_t>(
+                  1, (kParallelGrain) /
+                         std::max<int64_t>(
+                             1, (rows * cols) / std::max<int64_t>(1, blocks))),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t blk = begin; blk < end; ++blk) {
+                  const int64_t c0 = blk * kBlock;
+                  const int64_t c1 = std::min(cols, c0 + kBlock);
+                  float acc[kBlock];
+                  for (int64_t c = c0; c < c1; ++c) acc[c - c0] = 0.0f;
+                  for (int64_t r = 0; r < rows; ++r) {
+                    const float* row = x + r * cols;
+                    for (int64_t c = c0; c < c1; ++c) acc[c - c0] += row[c];
+                  }
+                  for (int64_t c = c0; c < c1; ++c) {
+                    out[c] =
+                        (beta == 0.0f ? 0.0f : beta * out[c]) + acc[c - c0];
+                  }
+                }
+              });
     return absl::OkStatus();
   }
 
   absl::StatusOr<double> SumSquares(int64_t n, const float* x) override {
+    // One partial sum per chunk, added in chunk order: deterministic.
+    std::vector<double> partial(pool_.threads(), 0.0);
+    const int64_t per = (n + pool_.threads() - 1) / pool_.threads();
+    pool_.Run(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+      double s = 0.0;
+      for (int64_t i = begin; i < end; ++i)
+        s += static_cast<double>(x[i]) * x[i];
+      partial[per == 0 ? 0 : begin / per] = s;
+    });
     double total = 0.0;
-#pragma omp parallel for reduction(+ : total) if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
+    for (double s : partial) total += s;
     return total;
   }
 
   absl::Status SoftmaxForward(int64_t rows, int64_t cols, int64_t causal_t,
                               const float* x, float* y) override {
-#pragma omp parallel for if (rows * cols > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* in = x + r * cols;
-      float* out = y + r * cols;
-      const int64_t valid = causal_t > 0 ? (r % causal_t) + 1 : cols;
-      float max_v = -std::numeric_limits<float>::infinity();
-      for (int64_t c = 0; c < valid; ++c) max_v = std::max(max_v, in[c]);
-      float sum = 0.0f;
-      for (int64_t c = 0; c < valid; ++c) {
-        out[c] = std::exp(in[c] - max_v);
-        sum += out[c];
-      }
-      const float inv = 1.0f / sum;
-      for (int64_t c = 0; c < valid; ++c) out[c] *= inv;
-      for (int64_t c = valid; c < cols; ++c) out[c] = 0.0f;
-    }
+    pool_.Run(rows,
+              std::max<int64_t>(
+                  1, (kParallelGrain) /
+                         std::max<int64_t>(
+                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  const float* in = x + r * cols;
+                  float* out = y + r * cols;
+                  const int64_t valid =
+                      causal_t > 0 ? (r % causal_t) + 1 : cols;
+                  float max_v = -std::numeric_limits<float>::infinity();
+                  for (int64_t c = 0; c < valid; ++c)
+                    max_v = std::max(max_v, in[c]);
+                  float sum = 0.0f;
+                  for (int64_t c = 0; c < valid; ++c) {
+                    out[c] = std::exp(in[c] - max_v);
+                    sum += out[c];
+                  }
+                  const float inv = 1.0f / sum;
+                  for (int64_t c = 0; c < valid; ++c) out[c] *= inv;
+                  for (int64_t c = valid; c < cols; ++c) out[c] = 0.0f;
+                }
+              });
     return absl::OkStatus();
   }
 
   absl::Status SoftmaxBackward(int64_t rows, int64_t cols, const float* y,
                                const float* dy, float* dx) override {
-#pragma omp parallel for if (rows * cols > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* yr = y + r * cols;
-      const float* dyr = dy + r * cols;
-      float* dxr = dx + r * cols;
-      float dot = 0.0f;
-      for (int64_t c = 0; c < cols; ++c) dot += yr[c] * dyr[c];
-      for (int64_t c = 0; c < cols; ++c) dxr[c] = yr[c] * (dyr[c] - dot);
-    }
+    pool_.Run(rows,
+              std::max<int64_t>(
+                  1, (kParallelGrain) /
+                         std::max<int64_t>(
+                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  const float* yr = y + r * cols;
+                  const float* dyr = dy + r * cols;
+                  float* dxr = dx + r * cols;
+                  float dot = 0.0f;
+                  for (int64_t c = 0; c < cols; ++c) dot += yr[c] * dyr[c];
+                  for (int64_t c = 0; c < cols; ++c)
+                    dxr[c] = yr[c] * (dyr[c] - dot);
+                }
+              });
     return absl::OkStatus();
   }
 
@@ -224,25 +282,32 @@ class CpuBackend final : public Backend {
                                 const float* gamma, const float* beta,
                                 float eps, float* y, float* mean,
                                 float* rstd) override {
-#pragma omp parallel for if (rows * cols > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * cols;
-      float* yr = y + r * cols;
-      double sum = 0.0;
-      for (int64_t c = 0; c < cols; ++c) sum += xr[c];
-      const float mu = static_cast<float>(sum / cols);
-      double var = 0.0;
-      for (int64_t c = 0; c < cols; ++c) {
-        const double d = xr[c] - mu;
-        var += d * d;
-      }
-      const float rs = 1.0f / std::sqrt(static_cast<float>(var / cols) + eps);
-      for (int64_t c = 0; c < cols; ++c) {
-        yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
-      }
-      mean[r] = mu;
-      rstd[r] = rs;
-    }
+    pool_.Run(rows,
+              std::max<int64_t>(
+                  1, (kParallelGrain) /
+                         std::max<int64_t>(
+                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  const float* xr = x + r * cols;
+                  float* yr = y + r * cols;
+                  double sum = 0.0;
+                  for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+                  const float mu = static_cast<float>(sum / cols);
+                  double var = 0.0;
+                  for (int64_t c = 0; c < cols; ++c) {
+                    const double d = xr[c] - mu;
+                    var += d * d;
+                  }
+                  const float rs =
+                      1.0f / std::sqrt(static_cast<float>(var / cols) + eps);
+                  for (int64_t c = 0; c < cols; ++c) {
+                    yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+                  }
+                  mean[r] = mu;
+                  rstd[r] = rs;
+                }
+              });
     return absl::OkStatus();
   }
 
@@ -260,26 +325,33 @@ class CpuBackend final : public Backend {
         dbeta[c] += dyr[c];
       }
     }
-#pragma omp parallel for if (rows * cols > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * cols;
-      const float* dyr = dy + r * cols;
-      float* dxr = dx + r * cols;
-      float sum_g = 0.0f;
-      float sum_gx = 0.0f;
-      for (int64_t c = 0; c < cols; ++c) {
-        const float g = dyr[c] * gamma[c];
-        const float xhat = (xr[c] - mean[r]) * rstd[r];
-        sum_g += g;
-        sum_gx += g * xhat;
-      }
-      const float inv_n = 1.0f / cols;
-      for (int64_t c = 0; c < cols; ++c) {
-        const float g = dyr[c] * gamma[c];
-        const float xhat = (xr[c] - mean[r]) * rstd[r];
-        dxr[c] = rstd[r] * (g - inv_n * sum_g - xhat * inv_n * sum_gx);
-      }
-    }
+    pool_.Run(rows,
+              std::max<int64_t>(
+                  1, (kParallelGrain) /
+                         std::max<int64_t>(
+                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  const float* xr = x + r * cols;
+                  const float* dyr = dy + r * cols;
+                  float* dxr = dx + r * cols;
+                  float sum_g = 0.0f;
+                  float sum_gx = 0.0f;
+                  for (int64_t c = 0; c < cols; ++c) {
+                    const float g = dyr[c] * gamma[c];
+                    const float xhat = (xr[c] - mean[r]) * rstd[r];
+                    sum_g += g;
+                    sum_gx += g * xhat;
+                  }
+                  const float inv_n = 1.0f / cols;
+                  for (int64_t c = 0; c < cols; ++c) {
+                    const float g = dyr[c] * gamma[c];
+                    const float xhat = (xr[c] - mean[r]) * rstd[r];
+                    dxr[c] =
+                        rstd[r] * (g - inv_n * sum_g - xhat * inv_n * sum_gx);
+                  }
+                }
+              });
     return absl::OkStatus();
   }
 
@@ -295,18 +367,24 @@ class CpuBackend final : public Backend {
       }
     }
     RETURN_IF_ERROR(SoftmaxForward(rows, cols, 0, logits, probs));
-#pragma omp parallel for if (rows * cols > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* p = probs + r * cols;
-      const float* z = logits + r * cols;
-      const int64_t label = static_cast<int64_t>(labels[r]);
-      int64_t arg = 0;
-      for (int64_t c = 1; c < cols; ++c) {
-        if (z[c] > z[arg]) arg = c;
-      }
-      loss[r] = -std::log(std::max(p[label], 1e-30f));
-      correct[r] = arg == label ? 1.0f : 0.0f;
-    }
+    pool_.Run(rows,
+              std::max<int64_t>(
+                  1, (kParallelGrain) /
+                         std::max<int64_t>(
+                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  const float* p = probs + r * cols;
+                  const float* z = logits + r * cols;
+                  const int64_t label = static_cast<int64_t>(labels[r]);
+                  int64_t arg = 0;
+                  for (int64_t c = 1; c < cols; ++c) {
+                    if (z[c] > z[arg]) arg = c;
+                  }
+                  loss[r] = -std::log(std::max(p[label], 1e-30f));
+                  correct[r] = arg == label ? 1.0f : 0.0f;
+                }
+              });
     return absl::OkStatus();
   }
 
@@ -314,15 +392,21 @@ class CpuBackend final : public Backend {
                                            const float* probs,
                                            const float* labels, float scale,
                                            float* dlogits) override {
-#pragma omp parallel for if (rows * cols > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* p = probs + r * cols;
-      float* d = dlogits + r * cols;
-      const int64_t label = static_cast<int64_t>(labels[r]);
-      for (int64_t c = 0; c < cols; ++c) {
-        d[c] = scale * (p[c] - (c == label ? 1.0f : 0.0f));
-      }
-    }
+    pool_.Run(rows,
+              std::max<int64_t>(
+                  1, (kParallelGrain) /
+                         std::max<int64_t>(
+                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  const float* p = probs + r * cols;
+                  float* d = dlogits + r * cols;
+                  const int64_t label = static_cast<int64_t>(labels[r]);
+                  for (int64_t c = 0; c < cols; ++c) {
+                    d[c] = scale * (p[c] - (c == label ? 1.0f : 0.0f));
+                  }
+                }
+              });
     return absl::OkStatus();
   }
 
@@ -333,16 +417,23 @@ class CpuBackend final : public Backend {
       const float id = ids[i];
       if (!(id >= 0.0f && id < static_cast<float>(vocab)) ||
           id != std::floor(id)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "token id ", id, " at position ", i, " is outside [0, ", vocab,
-            ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", id, " at position ", i,
+                         " is outside [0, ", vocab, ")"));
       }
     }
-#pragma omp parallel for if (n * dim > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(out + i * dim, table + static_cast<int64_t>(ids[i]) * dim,
-                  dim * sizeof(float));
-    }
+    pool_.Run(
+        n,
+        std::max<int64_t>(
+            1, (kParallelGrain) /
+                   std::max<int64_t>(1, (n * dim) / std::max<int64_t>(1, n))),
+        [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            std::memcpy(out + i * dim,
+                        table + static_cast<int64_t>(ids[i]) * dim,
+                        dim * sizeof(float));
+          }
+        });
     return absl::OkStatus();
   }
 
@@ -360,36 +451,44 @@ class CpuBackend final : public Backend {
                        float* out) override {
     int64_t in_stride[4];
     in_stride[3] = 1;
-    for (int d = 2; d >= 0; --d) in_stride[d] = in_stride[d + 1] * p.dims[d + 1];
+    for (int d = 2; d >= 0; --d)
+      in_stride[d] = in_stride[d + 1] * p.dims[d + 1];
     int64_t od[4];
     int64_t os[4];  // input stride of each output dimension
     for (int k = 0; k < 4; ++k) {
       od[k] = p.dims[p.perm[k]];
       os[k] = in_stride[p.perm[k]];
     }
-#pragma omp parallel for collapse(2) if (od[0] * od[1] * od[2] * od[3] > kParallelGrain)
-    for (int64_t i0 = 0; i0 < od[0]; ++i0) {
-      for (int64_t i1 = 0; i1 < od[1]; ++i1) {
-        float* dst = out + (i0 * od[1] + i1) * od[2] * od[3];
-        const float* src = in + i0 * os[0] + i1 * os[1];
-        for (int64_t i2 = 0; i2 < od[2]; ++i2) {
-          const float* s2 = src + i2 * os[2];
-          float* d2 = dst + i2 * od[3];
-          for (int64_t i3 = 0; i3 < od[3]; ++i3) d2[i3] = s2[i3 * os[3]];
-        }
-      }
-    }
+    const int64_t outer = od[0] * od[1];
+    pool_.Run(outer,
+              std::max<int64_t>(
+                  1, kParallelGrain / std::max<int64_t>(1, od[2] * od[3])),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t o = begin; o < end; ++o) {
+                  const int64_t i0 = o / od[1];
+                  const int64_t i1 = o % od[1];
+                  float* dst = out + o * od[2] * od[3];
+                  const float* src = in + i0 * os[0] + i1 * os[1];
+                  for (int64_t i2 = 0; i2 < od[2]; ++i2) {
+                    const float* s2 = src + i2 * os[2];
+                    float* d2 = dst + i2 * od[3];
+                    for (int64_t i3 = 0; i3 < od[3]; ++i3)
+                      d2[i3] = s2[i3 * os[3]];
+                  }
+                }
+              });
     return absl::OkStatus();
   }
 
   absl::Status SgdUpdate(int64_t n, float* w, const float* g, float* m,
                          float lr, float momentum, float weight_decay,
                          float grad_scale) override {
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
-      math::SgdStep(&w[i], g[i], m == nullptr ? nullptr : &m[i], lr, momentum,
-                    weight_decay, grad_scale);
-    }
+    pool_.Run(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        math::SgdStep(&w[i], g[i], m == nullptr ? nullptr : &m[i], lr, momentum,
+                      weight_decay, grad_scale);
+      }
+    });
     return absl::OkStatus();
   }
 
@@ -397,16 +496,18 @@ class CpuBackend final : public Backend {
                            float* v, float lr, float beta1, float beta2,
                            float eps, float weight_decay, float bias1,
                            float bias2, float grad_scale) override {
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
-      math::AdamWStep(&w[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps,
-                      weight_decay, bias1, bias2, grad_scale);
-    }
+    pool_.Run(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        math::AdamWStep(&w[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps,
+                        weight_decay, bias1, bias2, grad_scale);
+      }
+    });
     return absl::OkStatus();
   }
 
  private:
   const int threads_;
+  ParallelFor pool_;
 };
 
 }  // namespace

@@ -29,7 +29,8 @@ TEST_F(CpuBackendTest, GemmMatchesNaiveProductForEveryTranspose) {
   std::vector<float> want(m * n, 0.0f);
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j)
-      for (int p = 0; p < k; ++p) want[i * n + j] += a[i * k + p] * b[p * n + j];
+      for (int p = 0; p < k; ++p)
+        want[i * n + j] += a[i * k + p] * b[p * n + j];
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       std::vector<float> c(m * n, 1.0f);
@@ -58,9 +59,9 @@ TEST_F(CpuBackendTest, CausalSoftmaxMasksTheFuture) {
 TEST_F(CpuBackendTest, CrossEntropyRejectsBadLabels) {
   std::vector<float> logits = {1, 2, 3, 4}, labels = {1, 2};
   std::vector<float> probs(4), loss(2), correct(2);
-  auto status = backend_->SoftmaxCrossEntropy(
-      2, 2, logits.data(), labels.data(), probs.data(), loss.data(),
-      correct.data());
+  auto status =
+      backend_->SoftmaxCrossEntropy(2, 2, logits.data(), labels.data(),
+                                    probs.data(), loss.data(), correct.data());
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("row 1"), std::string::npos) << status;
   labels = {1, 0};

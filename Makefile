@@ -1,0 +1,50 @@
+# Thin wrapper over CMake. Every target first installs what is missing
+# (deploy/setup.sh) and builds.
+#
+#   make demo    train the Fashion-MNIST example and print test accuracy
+#   make test    build and run the whole test suite
+#   make bench   build and run the benchmarks
+BUILD      ?= build
+BUILD_TYPE ?= Release
+CUDA       ?= AUTO
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+
+# GPU tests (ctest label "gpu") run only where a GPU exists.
+HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+CTEST_GPU := $(if $(HAVE_GPU),,-LE gpu)
+
+.PHONY: all setup configure build test demo demo-lm bench format clean
+
+all: build
+
+setup:
+	@bash deploy/setup.sh
+
+configure: setup
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DPIPETRAIN_CUDA=$(CUDA) $(CMAKE_ARGS) > $(BUILD).configure.log \
+	  || (cat $(BUILD).configure.log; exit 1)
+	@grep -E "pipetrain:" $(BUILD).configure.log || true
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_GPU)
+
+demo: build
+	@$(BUILD)/services/pipetrain-train \
+	  --job examples/fashion_mnist_mlp.job.json --min_accuracy 0.85
+
+demo-lm: build
+	@$(BUILD)/services/pipetrain-train --job examples/char_transformer.job.json
+
+bench: build
+	@for b in $(BUILD)/bench/bench_*; do echo "== $$b"; $$b || exit 1; done
+
+format:
+	@git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
+
+clean:
+	@rm -rf $(BUILD) $(BUILD).configure.log

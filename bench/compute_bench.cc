@@ -1,0 +1,197 @@
+// bench_compute: one training step of the MLP 784-2048-2048-2048-10 (batch
+// 256, forward + backward + SGD) on the CPU backend, beside raw OpenBLAS
+// sgemm running the same matrix products at the same thread count, measured
+// in the same run. The ratio shows what the framework costs over the GEMMs.
+//
+// Last line: {"bench":"compute", ...}.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "worker/compute/cpu/cpu_backend.h"
+#include "worker/compute/elementwise_math.h"
+#include "worker/nn/loss.h"
+#include "worker/nn/model.h"
+#include "worker/nn/optimizer.h"
+
+namespace pipetrain {
+namespace {
+
+constexpr int64_t kBatch = 256;
+const std::vector<int64_t> kWidths = {784, 2048, 2048, 2048, 10};
+
+double Now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+v1::ModelSpec MlpSpec() {
+  v1::ModelSpec spec;
+  spec.set_input_kind(v1::INPUT_KIND_FLOAT);
+  spec.add_input_shape(kWidths[0]);
+  spec.set_loss(v1::LOSS_KIND_SOFTMAX_CROSS_ENTROPY);
+  for (size_t i = 0; i + 1 < kWidths.size(); ++i) {
+    auto* linear = spec.add_layers()->mutable_linear();
+    linear->set_in_features(kWidths[i]);
+    linear->set_out_features(kWidths[i + 1]);
+    if (i + 2 < kWidths.size()) spec.add_layers()->mutable_relu();
+  }
+  return spec;
+}
+
+// Useful FLOPs of one step: forward and weight gradients for every layer,
+// input gradients for all but the first.
+double StepFlops() {
+  double f = 0;
+  for (size_t i = 0; i + 1 < kWidths.size(); ++i) {
+    const double mn = 2.0 * kBatch * kWidths[i] * kWidths[i + 1];
+    f += (i == 0 ? 2 : 3) * mn;
+  }
+  return f;
+}
+
+// The same GEMMs a training step issues, straight to OpenBLAS.
+class RawGemms {
+ public:
+  RawGemms() {
+    for (size_t i = 0; i < kWidths.size(); ++i) {
+      acts_.emplace_back(kBatch * kWidths[i], 0.01f);
+      grads_.emplace_back(kBatch * kWidths[i], 0.01f);
+    }
+    for (size_t i = 0; i + 1 < kWidths.size(); ++i) {
+      weights_.emplace_back(kWidths[i] * kWidths[i + 1], 0.01f);
+      wgrads_.emplace_back(kWidths[i] * kWidths[i + 1], 0.0f);
+    }
+  }
+  void Step() {
+    const size_t n = weights_.size();
+    for (size_t i = 0; i < n; ++i) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kBatch,
+                  kWidths[i + 1], kWidths[i], 1.0f, acts_[i].data(), kWidths[i],
+                  weights_[i].data(), kWidths[i + 1], 0.0f, acts_[i + 1].data(),
+                  kWidths[i + 1]);
+    }
+    for (size_t i = n; i-- > 0;) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kWidths[i],
+                  kWidths[i + 1], kBatch, 1.0f, acts_[i].data(), kWidths[i],
+                  grads_[i + 1].data(), kWidths[i + 1], 0.0f,
+                  wgrads_[i].data(), kWidths[i + 1]);
+      if (i > 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kBatch, kWidths[i],
+                    kWidths[i + 1], 1.0f, grads_[i + 1].data(), kWidths[i + 1],
+                    weights_[i].data(), kWidths[i + 1], 0.0f, grads_[i].data(),
+                    kWidths[i]);
+      }
+    }
+  }
+
+ private:
+  std::vector<std::vector<float>> acts_, grads_, weights_, wgrads_;
+};
+
+struct Trainer {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<SoftmaxCrossEntropyLoss> loss;
+  Tensor x, labels;
+
+  absl::Status Step() {
+    ZeroGrads(model->params());
+    ForwardOptions options;
+    std::vector<LayerContext> contexts;
+    ASSIGN_OR_RETURN(Tensor logits, model->Forward(x, options, &contexts));
+    LayerContext loss_ctx;
+    RETURN_IF_ERROR(loss->Forward(logits, labels, &loss_ctx).status());
+    ASSIGN_OR_RETURN(Tensor dlogits, loss->Backward(1.0f / kBatch, &loss_ctx));
+    RETURN_IF_ERROR(model->Backward(dlogits, options, &contexts, false).status());
+    return optimizer->Step(model->params());
+  }
+};
+
+absl::StatusOr<Trainer> MakeTrainer(int threads) {
+  Trainer t;
+  t.backend = CreateCpuBackend(threads);
+  ASSIGN_OR_RETURN(t.model, Model::Build(MlpSpec(), 0, MlpSpec().layers_size(),
+                                         t.backend.get(), 1));
+  v1::OptimizerSpec opt;
+  opt.mutable_sgd()->set_lr(0.01f);
+  opt.mutable_sgd()->set_momentum(0.9f);
+  ASSIGN_OR_RETURN(t.optimizer, Optimizer::Create(opt, t.backend.get()));
+  t.loss = std::make_unique<SoftmaxCrossEntropyLoss>(t.backend.get());
+  Tensor x = Tensor::Host({kBatch, kWidths[0]});
+  Tensor labels = Tensor::Host({kBatch});
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = math::UniformAt(3, i);
+  for (int64_t i = 0; i < kBatch; ++i) labels.f32()[i] = i % 10;
+  ASSIGN_OR_RETURN(t.x, ToDevice(t.backend.get(), x));
+  ASSIGN_OR_RETURN(t.labels, ToDevice(t.backend.get(), labels));
+  return t;
+}
+
+// Best-of-rounds seconds per call of `fn`.
+template <typename Fn>
+double SecondsPerCall(Fn fn, int iters) {
+  const double start = Now();
+  for (int i = 0; i < iters; ++i) fn();
+  return (Now() - start) / iters;
+}
+
+int Main() {
+  const double flops = StepFlops();
+  std::printf("MLP 784-2048-2048-2048-10, batch %lld: %.2f GFLOP per step\n",
+              static_cast<long long>(kBatch), flops / 1e9);
+  double worst_ratio = 1e9;
+  std::string json = "{\"bench\":\"compute\"";
+  for (int threads : {1, 2}) {
+    auto trainer = MakeTrainer(threads);
+    if (!trainer.ok()) {
+      std::fprintf(stderr, "%s\n", trainer.status().ToString().c_str());
+      return 1;
+    }
+    RawGemms raw;
+    absl::Status status;
+    auto step = [&] {
+      if (status.ok()) status = trainer->Step();
+    };
+    step();  // warm-up: first-touch of buffers
+    raw.Step();
+    const int iters = threads == 1 ? 4 : 6;
+    double best_step = 1e9, best_gemm = 1e9;
+    for (int round = 0; round < 3; ++round) {  // interleaved rounds
+      best_gemm = std::min(best_gemm, SecondsPerCall([&] { raw.Step(); }, iters));
+      best_step = std::min(best_step, SecondsPerCall(step, iters));
+    }
+    if (!status.ok()) {
+      std::fprintf(stderr, "%s\n", status.ToString().c_str());
+      return 1;
+    }
+    const double step_gflops = flops / best_step / 1e9;
+    const double gemm_gflops = flops / best_gemm / 1e9;
+    const double ratio = step_gflops / gemm_gflops;
+    worst_ratio = std::min(worst_ratio, ratio);
+    std::printf(
+        "threads %d: train step %.1f ms = %.0f samples/s, %.1f GFLOP/s; "
+        "sgemm alone %.1f GFLOP/s; ratio %.3f\n",
+        threads, best_step * 1e3, kBatch / best_step, step_gflops, gemm_gflops,
+        ratio);
+    json += absl::StrFormat(
+        ",\"threads%d_samples_per_s\":%.1f,\"threads%d_gflops\":%.2f,"
+        "\"threads%d_sgemm_gflops\":%.2f,\"threads%d_ratio\":%.3f",
+        threads, kBatch / best_step, threads, step_gflops, threads,
+        gemm_gflops, threads, ratio);
+  }
+  json += absl::StrFormat(",\"ratio_vs_sgemm\":%.3f}", worst_ratio);
+  std::printf("%s\n", json.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace pipetrain
+
+int main() { return pipetrain::Main(); }

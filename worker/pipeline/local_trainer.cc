@@ -1,0 +1,170 @@
+#include "worker/pipeline/local_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/compute/elementwise_math.h"
+
+namespace pipetrain {
+
+absl::Status ValidateTrainingSpec(const v1::TrainingSpec& spec) {
+  if (spec.batch_size() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size: ", spec.batch_size(), " must be > 0"));
+  }
+  const int64_t m = spec.micro_batches() == 0 ? 1 : spec.micro_batches();
+  if (m < 0 || spec.batch_size() % m != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro_batches: ", m, " must be > 0 and divide batch_size ",
+                     spec.batch_size()));
+  }
+  if (spec.steps() < 0 || spec.epochs() < 0) {
+    return absl::InvalidArgumentError("steps and epochs must be >= 0");
+  }
+  if (spec.steps() == 0 && spec.epochs() == 0) {
+    return absl::InvalidArgumentError(
+        "steps / epochs: set how long to train (steps > 0 or epochs > 0)");
+  }
+  if (!spec.has_model()) {
+    return absl::InvalidArgumentError("model: missing");
+  }
+  return ValidateModelSpec(spec.model()).status();
+}
+
+uint64_t MicroBatchSeed(uint64_t seed, int64_t step, int64_t micro_batch) {
+  return math::SplitMix64(math::SplitMix64(seed ^ 0xd20d20ull) +
+                          static_cast<uint64_t>(step) * 4096ull +
+                          static_cast<uint64_t>(micro_batch));
+}
+
+absl::StatusOr<Tensor> ShapeInputs(const Tensor& inputs, const Shape& sample) {
+  Shape shape = {inputs.dim(0)};
+  shape.insert(shape.end(), sample.begin(), sample.end());
+  if (NumElements(shape) != inputs.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the dataset's samples ", ShapeToString(inputs.shape()),
+        " do not fit the model's input shape ", ShapeToString(sample)));
+  }
+  return inputs.Reshaped(shape);
+}
+
+LocalTrainer::LocalTrainer(const v1::TrainingSpec& spec, Backend* backend,
+                           DatasetPair data)
+    : spec_(spec),
+      backend_(backend),
+      data_(std::move(data)),
+      order_(data_.train->size(), spec.batch_size(), spec.seed()),
+      loss_(backend) {}
+
+absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
+    const v1::TrainingSpec& spec, Backend* backend) {
+  RETURN_IF_ERROR(ValidateTrainingSpec(spec));
+  ASSIGN_OR_RETURN(DatasetPair data, OpenDataset(spec.data(), spec.seed()));
+  if (data.train->size() < spec.batch_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size ", spec.batch_size(), " exceeds the ",
+                     data.train->size(), " training samples"));
+  }
+  const Shape sample(spec.model().input_shape().begin(),
+                     spec.model().input_shape().end());
+  if (NumElements(sample) != NumElements(data.train->sample_shape())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.input_shape ", ShapeToString(sample),
+        " does not fit the dataset's samples ",
+        ShapeToString(data.train->sample_shape())));
+  }
+  std::unique_ptr<LocalTrainer> t(
+      new LocalTrainer(spec, backend, std::move(data)));
+  ASSIGN_OR_RETURN(t->model_,
+                   Model::Build(spec.model(), 0, spec.model().layers_size(),
+                                backend, spec.seed()));
+  ASSIGN_OR_RETURN(t->optimizer_, Optimizer::Create(spec.optimizer(), backend));
+  t->total_steps_ = spec.steps() > 0
+                        ? spec.steps()
+                        : spec.epochs() * t->order_.steps_per_epoch();
+  return t;
+}
+
+absl::StatusOr<StepReport> LocalTrainer::Step() {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int64_t> indices = order_.IndicesForStep(step_);
+  ASSIGN_OR_RETURN(Batch batch, GatherBatch(*data_.train, indices));
+  ASSIGN_OR_RETURN(Tensor inputs,
+                   ShapeInputs(batch.inputs, model_->input_shape()));
+  const int64_t m = std::max<int64_t>(1, spec_.micro_batches());
+  const int64_t rows_per_micro = spec_.batch_size() / m;
+  // The loss is the mean over every label of the mini-batch.
+  const float scale = 1.0f / static_cast<float>(batch.labels.numel());
+
+  ZeroGrads(model_->params());
+  LossStats stats;
+  std::vector<LayerContext> contexts;
+  for (int64_t mb = 0; mb < m; ++mb) {
+    ForwardOptions options;
+    options.training = true;
+    options.dropout_seed = MicroBatchSeed(spec_.seed(), step_, mb);
+    const int64_t begin = mb * rows_per_micro;
+    ASSIGN_OR_RETURN(Tensor x_host,
+                     inputs.SliceRows(begin, begin + rows_per_micro));
+    ASSIGN_OR_RETURN(Tensor y_host,
+                     batch.labels.SliceRows(begin, begin + rows_per_micro));
+    ASSIGN_OR_RETURN(Tensor x, ToDevice(backend_, x_host));
+    ASSIGN_OR_RETURN(Tensor labels, ToDevice(backend_, y_host));
+    ASSIGN_OR_RETURN(Tensor logits, model_->Forward(x, options, &contexts));
+    LayerContext loss_ctx;
+    ASSIGN_OR_RETURN(LossStats s, loss_.Forward(logits, labels, &loss_ctx));
+    stats.Add(s);
+    ASSIGN_OR_RETURN(Tensor dlogits, loss_.Backward(scale, &loss_ctx));
+    RETURN_IF_ERROR(
+        model_->Backward(dlogits, options, &contexts, false).status());
+  }
+  ASSIGN_OR_RETURN(double sum_squares,
+                   GradSumSquares(backend_, model_->params()));
+  RETURN_IF_ERROR(optimizer_->Step(
+      model_->params(), ClipScale(sum_squares, optimizer_->clip_grad_norm())));
+
+  StepReport report;
+  report.step = step_;
+  report.epoch = order_.EpochOfStep(step_);
+  report.loss = stats.mean_loss();
+  report.accuracy = stats.accuracy();
+  report.grad_norm = std::sqrt(sum_squares);
+  report.seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  ++step_;
+  return report;
+}
+
+absl::StatusOr<EvalReport> LocalTrainer::Evaluate(int64_t max_samples) {
+  const Dataset& eval = *data_.eval;
+  const int64_t n = max_samples > 0 ? std::min(max_samples, eval.size())
+                                    : eval.size();
+  LossStats stats;
+  ForwardOptions options;
+  options.training = false;
+  for (int64_t begin = 0; begin < n; begin += spec_.batch_size()) {
+    const int64_t end = std::min(n, begin + spec_.batch_size());
+    std::vector<int64_t> indices(end - begin);
+    std::iota(indices.begin(), indices.end(), begin);
+    ASSIGN_OR_RETURN(Batch batch, GatherBatch(eval, indices));
+    ASSIGN_OR_RETURN(Tensor x_host,
+                     ShapeInputs(batch.inputs, model_->input_shape()));
+    ASSIGN_OR_RETURN(Tensor x, ToDevice(backend_, x_host));
+    ASSIGN_OR_RETURN(Tensor labels, ToDevice(backend_, batch.labels));
+    ASSIGN_OR_RETURN(Tensor logits, model_->Forward(x, options, nullptr));
+    ASSIGN_OR_RETURN(LossStats s, loss_.Forward(logits, labels, nullptr));
+    stats.Add(s);
+  }
+  EvalReport report;
+  report.loss = stats.mean_loss();
+  report.accuracy = stats.accuracy();
+  report.samples = n;
+  return report;
+}
+
+}  // namespace pipetrain
