@@ -240,7 +240,7 @@ class CpuBackend final : public Backend {
                   const float* in = x + r * cols;
                   float* out = y + r * cols;
                   const int64_t valid =
-                      causal_t > 0 ? (r % causal_t) + 1 : cols;
+                      causal_t > 0 ? std::min(cols, (r % causal_t) + 1) : cols;
                   float max_v = -std::numeric_limits<float>::infinity();
                   for (int64_t c = 0; c < valid; ++c)
                     max_v = std::max(max_v, in[c]);
