@@ -15,6 +15,7 @@ PACKAGES=(
   libopenblas-dev
   libgtest-dev libgmock-dev
   zlib1g-dev
+  libcivetweb-dev prometheus
   dataset-fashion-mnist
   fortunes-min
 )

@@ -1,0 +1,109 @@
+// pipetrain-worker: a stage worker. It serves the StageService (gRPC, with
+// the standard health service) and Prometheus metrics, and runs whichever
+// stage it is configured with.
+//
+//   pipetrain-worker --listen 0.0.0.0:7100 --metrics_port 9100 --device auto
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "services/grpc_util.h"
+#include "services/http/http_server.h"
+#include "services/process_util.h"
+#include "services/stage_service.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:7100",
+          "gRPC address to serve on (port 0 picks a free port)");
+ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
+ABSL_FLAG(int, threads, 0, "CPU threads for BLAS and loops (0: all cores)");
+ABSL_FLAG(int, metrics_port, 9100,
+          "Port of the HTTP /metrics endpoint (0 picks one, -1 disables)");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address of /metrics");
+ABSL_FLAG(std::string, port_file, "",
+          "Write the bound ports here (grpc=N, metrics=N) once serving");
+ABSL_FLAG(int64_t, chunk_bytes, 1 << 20,
+          "Payload bytes per frame on the stage-to-stage stream");
+
+namespace pipetrain {
+namespace {
+
+absl::Status Run() {
+  MetricsRegistry registry;
+  ASSIGN_OR_RETURN(std::unique_ptr<StageMetrics> metrics,
+                   StageMetrics::Create(&registry));
+  std::unique_ptr<HttpServer> http;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    ASSIGN_OR_RETURN(http, HttpServer::Start(absl::GetFlag(FLAGS_metrics_host),
+                                             absl::GetFlag(FLAGS_metrics_port),
+                                             2));
+    ServeMetrics(http.get(), &registry);
+    http->Handle("GET", "/healthz", [](const HttpRequest&) {
+      HttpResponse r;
+      r.body = "{\"status\":\"ok\"}";
+      return r;
+    });
+  }
+
+  BackendOptions backend_options;
+  ASSIGN_OR_RETURN(backend_options.kind,
+                   ParseBackendKind(absl::GetFlag(FLAGS_device)));
+  backend_options.threads = absl::GetFlag(FLAGS_threads);
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                   CreateBackend(backend_options));
+  const std::string device = backend->Describe();
+
+  StageServiceOptions options;
+  options.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes));
+  StageServiceImpl service(std::move(backend), metrics.get(), options);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(&builder);
+  int grpc_port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
+                           grpc::InsecureServerCredentials(), &grpc_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || grpc_port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve gRPC on ", absl::GetFlag(FLAGS_listen),
+        " (address in use or invalid)"));
+  }
+  const int metrics_port = http != nullptr ? http->port() : -1;
+  RETURN_IF_ERROR(WritePortFile(absl::GetFlag(FLAGS_port_file),
+                                {{"grpc", grpc_port}, {"metrics", metrics_port}}));
+  PT_LOG(INFO) << "pipetrain-worker serving gRPC on port " << grpc_port
+               << ", metrics on port " << metrics_port << ", device "
+               << device;
+
+  const int signal = WaitForShutdownSignal();
+  PT_LOG(INFO) << "signal " << signal << ": shutting down";
+  service.Shutdown();
+  server->Shutdown(DeadlineIn(5));
+  if (http != nullptr) http->Stop();
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace pipetrain
+
+int main(int argc, char** argv) {
+  pipetrain::BlockShutdownSignals();
+  absl::SetProgramUsageMessage(
+      "A pipetrain stage worker.\n"
+      "  pipetrain-worker --listen 0.0.0.0:7100 --metrics_port 9100");
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status status = pipetrain::Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "pipetrain-worker: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

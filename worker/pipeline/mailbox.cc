@@ -1,0 +1,86 @@
+#include "worker/pipeline/mailbox.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace pipetrain {
+
+const char* MessageKindName(MessageKind kind) {
+  switch (kind) {
+    case MessageKind::kActivation:
+      return "activation";
+    case MessageKind::kGradient:
+      return "gradient";
+    case MessageKind::kNormPartial:
+      return "norm-partial";
+    case MessageKind::kNormTotal:
+      return "norm-total";
+  }
+  return "?";
+}
+
+absl::Status Mailbox::Deliver(StageMessage message) {
+  const Key key{static_cast<int>(message.kind), message.step,
+                message.micro_batch};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return failure_;
+    auto [it, inserted] = messages_.try_emplace(key, std::move(message));
+    if (!inserted) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "duplicate ", MessageKindName(it->second.kind), " for step ",
+          it->second.step, " micro-batch ", it->second.micro_batch));
+    }
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StageMessage> Mailbox::Receive(
+    MessageKind kind, int64_t step, int32_t micro_batch,
+    std::chrono::steady_clock::time_point deadline) {
+  const Key key{static_cast<int>(kind), step, micro_batch};
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (!failure_.ok()) return failure_;
+    auto it = messages_.find(key);
+    if (it != messages_.end()) {
+      StageMessage out = std::move(it->second);
+      messages_.erase(it);
+      return out;
+    }
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+        std::chrono::steady_clock::now() >= deadline) {
+      return absl::UnavailableError(
+          absl::StrCat("timed out waiting for the ", MessageKindName(kind),
+                       " of step ", step, " micro-batch ", micro_batch));
+    }
+  }
+}
+
+void Mailbox::Fail(const absl::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok()) failure_ = status;
+  }
+  cv_.notify_all();
+}
+
+void Mailbox::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  messages_.clear();
+  failure_ = absl::OkStatus();
+}
+
+void Mailbox::DropBefore(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = messages_.begin(); it != messages_.end();) {
+    it = std::get<1>(it->first) < step ? messages_.erase(it) : std::next(it);
+  }
+}
+
+size_t Mailbox::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return messages_.size();
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,85 @@
+// Messages between neighbouring stages, and the mailbox a stage receives
+// them in. Transport-free: the network edge decodes frames into
+// StageMessages and delivers them here; tests connect stages in memory.
+#ifndef PIPETRAIN_WORKER_PIPELINE_MAILBOX_H_
+#define PIPETRAIN_WORKER_PIPELINE_MAILBOX_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/compute/tensor.h"
+
+namespace pipetrain {
+
+enum class MessageKind {
+  kActivation = 0,   // downstream: a micro-batch's output (+ labels)
+  kGradient = 1,     // upstream: dL/d(input) of a micro-batch
+  kNormPartial = 2,  // upstream: partial sum of squared gradient norms
+  kNormTotal = 3,    // downstream: the global sum of squares
+};
+
+const char* MessageKindName(MessageKind kind);
+
+struct StageMessage {
+  MessageKind kind = MessageKind::kActivation;
+  int64_t step = 0;
+  int32_t micro_batch = 0;
+  int64_t weight_version = 0;
+  // Host tensors (float32, or bf16/fp16 on the wire).
+  std::vector<Tensor> tensors;
+  // kNorm* messages.
+  double value = 0.0;
+};
+
+// Where a stage sends messages for one neighbour. Implementations queue the
+// message and return at once; errors mean the link is broken.
+// Thread-safe.
+class StageLink {
+ public:
+  virtual ~StageLink() = default;
+  virtual absl::Status Send(StageMessage message) = 0;
+};
+
+// Incoming messages, keyed by (kind, step, micro-batch), waited for by the
+// stage's executor. Thread-safe.
+class Mailbox {
+ public:
+  // Stores a message for a later Receive. A duplicate key is an error
+  // (AlreadyExists); a failed mailbox drops it.
+  absl::Status Deliver(StageMessage message);
+
+  // Waits until the message (kind, step, micro_batch) arrives, the mailbox
+  // fails (that status), or the deadline passes (Unavailable naming the
+  // message awaited).
+  absl::StatusOr<StageMessage> Receive(
+      MessageKind kind, int64_t step, int32_t micro_batch,
+      std::chrono::steady_clock::time_point deadline);
+
+  // Wakes every waiter with `status` (e.g. a neighbour's stream broke).
+  // Later Receives fail with it until Reset.
+  void Fail(const absl::Status& status);
+  // Drops every stored message and clears a failure.
+  void Reset();
+  // Drops messages of steps before `step`.
+  void DropBefore(int64_t step);
+  size_t size() const;
+
+ private:
+  using Key = std::tuple<int, int64_t, int32_t>;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, StageMessage> messages_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_WORKER_PIPELINE_MAILBOX_H_

@@ -1,0 +1,95 @@
+#include "worker/pipeline/profiler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/compute/elementwise_math.h"
+#include "worker/nn/model.h"
+
+namespace pipetrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// A deterministic input for layer `index`: token ids below the vocabulary
+// for an embedding, values in [-1, 1) otherwise.
+Tensor ProfileInput(const v1::ModelSpec& spec, int index, const Shape& shape) {
+  Tensor t = Tensor::Host(shape);
+  const auto& layer = spec.layers(index);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    t.f32()[i] =
+        layer.has_embedding()
+            ? static_cast<float>(i % layer.embedding().vocab_size())
+            : 2.0f * math::UniformAt(index, static_cast<uint64_t>(i)) - 1.0f;
+  }
+  return t;
+}
+
+const char* LayerKind(const v1::LayerSpec& layer) {
+  const auto* field =
+      layer.GetDescriptor()->FindFieldByNumber(layer.kind_case());
+  return field == nullptr ? "?" : field->name().c_str();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
+                                                  int64_t batch,
+                                                  int repetitions,
+                                                  Backend* backend) {
+  ASSIGN_OR_RETURN(std::vector<Shape> shapes, ValidateModelSpec(spec.model()));
+  if (batch <= 0) {
+    batch = std::max<int64_t>(
+        1, spec.batch_size() / std::max<int64_t>(1, spec.micro_batches()));
+  }
+  if (repetitions <= 0) repetitions = 3;
+  v1::ProfileResponse out;
+  out.set_device(backend->Describe());
+  for (int i = 0; i < spec.model().layers_size(); ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Model> layer,
+                     Model::Build(spec.model(), i, i + 1, backend, spec.seed()));
+    Shape in = {batch};
+    in.insert(in.end(), shapes[i].begin(), shapes[i].end());
+    ASSIGN_OR_RETURN(Tensor x, ToDevice(backend, ProfileInput(spec.model(), i, in)));
+    std::vector<double> fwd, bwd;
+    int64_t out_bytes = 0;
+    for (int rep = 0; rep <= repetitions; ++rep) {
+      ForwardOptions options;
+      std::vector<LayerContext> contexts;
+      auto start = Clock::now();
+      ASSIGN_OR_RETURN(Tensor y, layer->Forward(x, options, &contexts));
+      RETURN_IF_ERROR(backend->Synchronize());
+      const double f = std::chrono::duration<double>(Clock::now() - start).count();
+      out_bytes = y.bytes();
+      ASSIGN_OR_RETURN(Tensor dy, backend->Allocate(y.shape()));
+      RETURN_IF_ERROR(backend->Fill(dy.f32(), dy.numel(), 1e-3f));
+      ZeroGrads(layer->params());
+      start = Clock::now();
+      RETURN_IF_ERROR(layer->Backward(dy, options, &contexts, i > 0).status());
+      RETURN_IF_ERROR(backend->Synchronize());
+      const double b = std::chrono::duration<double>(Clock::now() - start).count();
+      if (rep > 0) {  // rep 0 warms caches and allocators up
+        fwd.push_back(f);
+        bwd.push_back(b);
+      }
+    }
+    v1::LayerProfile* p = out.add_layers();
+    p->set_layer(i);
+    p->set_kind(LayerKind(spec.model().layers(i)));
+    p->set_forward_seconds(Median(fwd));
+    p->set_backward_seconds(Median(bwd));
+    p->set_activation_bytes(out_bytes);
+    p->set_parameter_bytes(layer->num_parameters() *
+                           static_cast<int64_t>(sizeof(float)));
+  }
+  return out;
+}
+
+}  // namespace pipetrain

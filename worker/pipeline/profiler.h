@@ -1,0 +1,24 @@
+// Per-layer profiles on this worker's device: forward and backward time,
+// output activation bytes and parameter bytes. The planner uses them to cut
+// the model into balanced stages.
+#ifndef PIPETRAIN_WORKER_PIPELINE_PROFILER_H_
+#define PIPETRAIN_WORKER_PIPELINE_PROFILER_H_
+
+#include "absl/status/statusor.h"
+#include "pipetrain/v1/job.pb.h"
+#include "pipetrain/v1/stage.pb.h"
+#include "worker/compute/backend.h"
+
+namespace pipetrain {
+
+// Times every layer of `spec.model` on `backend` for micro-batches of
+// `batch` samples (default: batch_size / micro_batches), taking the median
+// of `repetitions` runs (default 3) after one warm-up.
+absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
+                                                  int64_t batch,
+                                                  int repetitions,
+                                                  Backend* backend);
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_WORKER_PIPELINE_PROFILER_H_

@@ -1,0 +1,128 @@
+// Pipeline schedules as pure instruction streams.
+//
+// A schedule is a function (kind, K stages, stage s, M micro-batches) ->
+// the ordered instructions stage s runs for one training step (one
+// mini-batch). The stage executor runs them; the simulator checks a set of
+// streams for deadlock and computes their bubble and memory. Nothing here
+// knows about transport or tensors.
+#ifndef PIPETRAIN_WORKER_PIPELINE_SCHEDULE_H_
+#define PIPETRAIN_WORKER_PIPELINE_SCHEDULE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pipetrain {
+
+enum class ScheduleKind {
+  kGPipe = 0,        // all forwards, then all backwards, one update (flush)
+  kOneFOneBFlush,    // PipeDream-Flush: 1F1B steady state, one update (flush)
+  kInterleaved,      // interleaved 1F1B, v virtual stages (chunks) per stage
+  kZeroBubbleH1,     // ZB-H1: backward split into B (input) and W (weight)
+};
+
+enum class OpKind {
+  // Stage 0 only: take micro-batch m's inputs (and labels) from the data.
+  kLoadInput = 0,
+  // Wait for micro-batch m's activation from the previous stage (chunk c's
+  // input comes from the previous virtual stage).
+  kRecvActivation,
+  kForward,
+  // Hand micro-batch m's output to the next stage (asynchronous).
+  kSendActivation,
+  // Last stage only: loss of micro-batch m and the gradient of its logits.
+  kLoss,
+  kRecvGradient,
+  // Full backward (input and weight gradients).
+  kBackward,
+  // Zero-bubble halves of kBackward: the input gradient (B), which the
+  // previous stage waits for, and the weight gradient (W), which can wait.
+  kBackwardInput,
+  kBackwardWeight,
+  kSendGradient,
+  // Apply the accumulated gradients (ends the step's instruction stream).
+  kOptimizerStep,
+};
+
+struct Instruction {
+  OpKind op;
+  int micro_batch = 0;
+  // Virtual stage (model chunk) on this worker; 0 unless interleaved.
+  int chunk = 0;
+
+  bool operator==(const Instruction& o) const {
+    return op == o.op && micro_batch == o.micro_batch && chunk == o.chunk;
+  }
+};
+
+const char* OpKindName(OpKind op);
+const char* ScheduleKindName(ScheduleKind kind);
+// Parses "gpipe", "1f1b-flush", "interleaved", "zb-h1".
+absl::StatusOr<ScheduleKind> ParseScheduleKind(const std::string& name);
+std::string ToString(const Instruction& instruction);
+
+struct ScheduleParams {
+  ScheduleKind kind = ScheduleKind::kGPipe;
+  int num_stages = 1;      // K (physical stages / workers)
+  int micro_batches = 1;   // M
+  int virtual_stages = 1;  // v, interleaved only (chunks per stage)
+};
+
+// The instructions stage `stage` runs for one step. InvalidArgument for
+// K < 1, M < 1, stage outside [0, K), or parameters the kind does not allow
+// (e.g. interleaved needs M divisible by K).
+absl::StatusOr<std::vector<Instruction>> BuildSchedule(
+    const ScheduleParams& params, int stage);
+
+// Per-instruction durations for the simulator (seconds, any unit).
+struct SimCosts {
+  double forward = 1.0;
+  double backward = 2.0;  // full backward; B and W take half each
+  double send = 0.0;      // time from a send to the matching receive
+  double optimizer = 0.0;
+};
+
+struct SimResult {
+  bool deadlock = false;
+  std::string deadlock_detail;  // which stage waits for what
+  double makespan = 0.0;        // step time
+  // Per stage: busy time and idle fraction (1 - busy / makespan).
+  std::vector<double> busy;
+  std::vector<double> idle_fraction;
+  // Per stage: most micro-batches whose forward ran and whose backward has
+  // not finished (activations held). Interleaved: counted per (micro-batch,
+  // chunk), each unit holding 1/v of a stage's activations. Zero-bubble:
+  // counted until B (kBackwardInput) finishes, which frees all activations
+  // but the inputs W still needs; see peak_held_until_weight_grad.
+  std::vector<int> peak_in_flight;
+  // Mean idle fraction over the stages.
+  double bubble = 0.0;
+  // Per stage: as peak_in_flight, but counted until the last backward pass
+  // that reads the micro-batch (W for zero-bubble, else the full backward).
+  std::vector<int> peak_held_until_weight_grad;
+  // InvalidArgument when the parameters, streams or costs are malformed;
+  // the other fields are then left empty.
+  absl::Status status;
+};
+
+// Runs the K streams against each other with the given costs (uniform over
+// stages, or per stage when `per_stage` is not empty).
+SimResult Simulate(const ScheduleParams& params, const SimCosts& costs,
+                   const std::vector<SimCosts>& per_stage = {});
+
+// Runs hand-written streams against each other: streams[s] is stage s's
+// stream (K = streams.size()); an instruction of chunk c belongs to virtual
+// stage c * K + s. `per_stage` holds one SimCosts per stage. For checking
+// modified schedules and the simulator itself.
+SimResult SimulateStreams(const std::vector<std::vector<Instruction>>& streams,
+                          int virtual_stages,
+                          const std::vector<SimCosts>& per_stage);
+
+// The bubble fraction theory predicts for a kind with uniform costs, e.g.
+// GPipe: (K - 1) / (M + K - 1).
+double TheoreticalBubble(const ScheduleParams& params, const SimCosts& costs);
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_WORKER_PIPELINE_SCHEDULE_H_

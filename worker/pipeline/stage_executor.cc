@@ -1,0 +1,656 @@
+#include "worker/pipeline/stage_executor.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "worker/pipeline/local_trainer.h"
+
+namespace pipetrain {
+namespace {
+
+constexpr size_t kMaxResults = 10000;
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+DType FromProto(v1::DType d) {
+  switch (d) {
+    case v1::DTYPE_BF16:
+      return DType::kBF16;
+    case v1::DTYPE_F16:
+      return DType::kF16;
+    default:
+      return DType::kF32;
+  }
+}
+
+absl::StatusOr<ScheduleKind> FromProto(v1::ScheduleKindProto kind) {
+  switch (kind) {
+    case v1::SCHEDULE_GPIPE:
+      return ScheduleKind::kGPipe;
+    case v1::SCHEDULE_1F1B_FLUSH:
+      return ScheduleKind::kOneFOneBFlush;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "schedule: ", v1::ScheduleKindProto_Name(kind),
+          " is not supported by the stage executor yet (use GPipe or "
+          "1F1B-flush)"));
+  }
+}
+
+int64_t TensorsBytes(const std::vector<Tensor>& tensors) {
+  int64_t n = 0;
+  for (const Tensor& t : tensors) n += t.empty() ? 0 : t.bytes();
+  return n;
+}
+
+absl::Status CheckTensor(const Tensor& t, const Shape& want, DType dtype,
+                         const char* what) {
+  if (t.shape() != want || t.dtype() != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": expected ", DTypeName(dtype), ShapeToString(want), ", got ",
+        DTypeName(t.dtype()), ShapeToString(t.shape())));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t ContextBytes(const std::vector<LayerContext>& contexts) {
+  int64_t n = 0;
+  for (const LayerContext& c : contexts) {
+    n += TensorsBytes(c.saved) + ContextBytes(c.children);
+  }
+  return n;
+}
+
+// What a stage holds for one micro-batch during a step.
+struct StageExecutor::MicroBatch {
+  Tensor input;    // device: the stage's input (kept for backward / remat)
+  Tensor output;   // device: the stage's output until sent or lossed
+  Tensor labels;   // host, float32
+  std::vector<LayerContext> contexts;
+  Tensor grad_output;  // device: dL/d(output)
+  Tensor grad_input;   // device: dL/d(input), until sent
+};
+
+struct StageExecutor::StepState {
+  int64_t step = 0;
+  std::vector<MicroBatch> micro;
+  Tensor inputs;  // stage 0: the step's whole mini-batch (host)
+  Tensor labels;
+  LossStats loss;
+  double forward_seconds = 0.0;
+  double backward_seconds = 0.0;
+  double idle_seconds = 0.0;
+  int64_t held_bytes = 0;
+  int64_t peak_bytes = 0;
+
+  void Hold(int64_t bytes) {
+    held_bytes += bytes;
+    peak_bytes = std::max(peak_bytes, held_bytes);
+  }
+};
+
+StageExecutor::StageExecutor(const v1::StageConfig& config, Backend* backend,
+                             StageMetrics* metrics)
+    : config_(config), backend_(backend), metrics_(metrics) {}
+
+void StageExecutor::CountCompute(StageMetrics::Phase phase,
+                                 double seconds) const {
+  if (metrics_ != nullptr) metrics_->compute_seconds(phase)->Increment(seconds);
+}
+
+StageExecutor::~StageExecutor() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
+    const v1::StageConfig& config, Backend* backend, StageMetrics* metrics) {
+  const v1::TrainingSpec& spec = config.spec();
+  RETURN_IF_ERROR(ValidateTrainingSpec(spec));
+  if (config.job_id().empty()) {
+    return absl::InvalidArgumentError("config.job_id: missing");
+  }
+  if (config.num_stages() < 1 || config.stage() < 0 ||
+      config.stage() >= config.num_stages()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.stage: ", config.stage(), " is not in [0, ",
+                     config.num_stages(), ")"));
+  }
+  const bool last = config.stage() == config.num_stages() - 1;
+  if (!last && config.downstream().empty()) {
+    return absl::InvalidArgumentError(
+        "config.downstream: every stage but the last needs its neighbour");
+  }
+  if (config.start_step() < 0) {
+    return absl::InvalidArgumentError("config.start_step: must be >= 0");
+  }
+  ASSIGN_OR_RETURN(std::vector<Shape> shapes, ValidateModelSpec(spec.model()));
+
+  std::unique_ptr<StageExecutor> stage(
+      new StageExecutor(config, backend, metrics));
+  const int64_t m = std::max<int64_t>(1, spec.micro_batches());
+  stage->rows_per_micro_batch_ = spec.batch_size() / m;
+  stage->label_shape_ = shapes.back();
+  stage->label_shape_.pop_back();
+  ScheduleParams params;
+  ASSIGN_OR_RETURN(params.kind, FromProto(config.schedule()));
+  params.num_stages = config.num_stages();
+  params.micro_batches = static_cast<int>(m);
+  ASSIGN_OR_RETURN(stage->schedule_, BuildSchedule(params, config.stage()));
+  ASSIGN_OR_RETURN(stage->model_,
+                   Model::Build(spec.model(), config.layer_begin(),
+                                config.layer_end(), backend, spec.seed()));
+  if (config.initial_weights_size() > 0) {
+    std::vector<Tensor> weights;
+    for (const v1::TensorProto& t : config.initial_weights()) {
+      if (t.dtype() != v1::DTYPE_F32 ||
+          t.data().size() != NumElements({t.shape().begin(), t.shape().end()}) *
+                                 sizeof(float)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.initial_weights: ", t.name(),
+            " must be float32 with as many bytes as its shape needs"));
+      }
+      Tensor host = Tensor::Host({t.shape().begin(), t.shape().end()});
+      std::copy(t.data().begin(), t.data().end(),
+                static_cast<char*>(host.raw()));
+      weights.push_back(host);
+    }
+    RETURN_IF_ERROR(stage->model_->LoadParams(weights));
+  }
+  ASSIGN_OR_RETURN(stage->optimizer_,
+                   Optimizer::Create(spec.optimizer(), backend));
+  if (last) stage->loss_ = std::make_unique<SoftmaxCrossEntropyLoss>(backend);
+  if (config.stage() == 0) {
+    ASSIGN_OR_RETURN(stage->data_, OpenDataset(spec.data(), spec.seed()));
+    stage->order_ = std::make_unique<SampleOrder>(
+        stage->data_.train->size(), spec.batch_size(), spec.seed());
+  }
+  stage->next_step_ = config.start_step();
+  stage->until_step_ = config.start_step();
+  stage->weight_version_ = config.start_step();
+  if (metrics != nullptr) {
+    metrics->stage_index()->Set(config.stage());
+    metrics->weight_version()->Set(static_cast<double>(config.start_step()));
+  }
+  return stage;
+}
+
+void StageExecutor::SetDownstream(std::shared_ptr<StageLink> link) {
+  std::lock_guard<std::mutex> lock(mu_);
+  downstream_ = std::move(link);
+}
+
+void StageExecutor::SetUpstream(std::shared_ptr<StageLink> link) {
+  std::lock_guard<std::mutex> lock(mu_);
+  upstream_ = std::move(link);
+}
+
+void StageExecutor::ClearUpstream(const StageLink* link) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (upstream_.get() == link) upstream_.reset();
+}
+
+std::shared_ptr<StageLink> StageExecutor::downstream() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return downstream_;
+}
+
+std::shared_ptr<StageLink> StageExecutor::upstream() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return upstream_;
+}
+
+absl::Status StageExecutor::ValidateIncoming(const StageMessage& msg) const {
+  const int64_t m = std::max<int64_t>(1, config_.spec().micro_batches());
+  const int64_t next = next_step_.load();
+  const int64_t until = until_step_.load();
+  if (msg.step < next || msg.step >= std::max(until, next + 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown step ", msg.step, " (expecting steps [", next,
+                     ", ", std::max(until, next + 1), "))"));
+  }
+  if (msg.micro_batch < 0 || msg.micro_batch >= m) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown micro-batch ", msg.micro_batch, " (M = ", m, ")"));
+  }
+  const DType wire = FromProto(config_.wire_dtype());
+  Shape rows = {rows_per_micro_batch_};
+  switch (msg.kind) {
+    case MessageKind::kActivation: {
+      if (is_first()) {
+        return absl::InvalidArgumentError("stage 0 takes no activations");
+      }
+      if (msg.tensors.size() != 2) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "an activation carries 2 tensors (activation, labels), got ",
+            msg.tensors.size()));
+      }
+      Shape act = rows;
+      act.insert(act.end(), input_shape().begin(), input_shape().end());
+      RETURN_IF_ERROR(CheckTensor(msg.tensors[0], act, wire, "activation"));
+      Shape labels = rows;
+      labels.insert(labels.end(), label_shape_.begin(), label_shape_.end());
+      return CheckTensor(msg.tensors[1], labels, DType::kF32, "labels");
+    }
+    case MessageKind::kGradient: {
+      if (is_last()) {
+        return absl::InvalidArgumentError("the last stage takes no gradients");
+      }
+      if (msg.tensors.size() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a gradient carries 1 tensor, got ", msg.tensors.size()));
+      }
+      Shape grad = rows;
+      grad.insert(grad.end(), output_shape().begin(), output_shape().end());
+      return CheckTensor(msg.tensors[0], grad, wire, "gradient");
+    }
+    case MessageKind::kNormPartial:
+    case MessageKind::kNormTotal:
+      if (!msg.tensors.empty()) {
+        return absl::InvalidArgumentError("norm messages carry no tensors");
+      }
+      return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("unknown message kind");
+}
+
+absl::Status StageExecutor::Train(int64_t until_step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ == v1::STAGE_STATE_RUNNING) {
+    return absl::FailedPreconditionError("the stage is already training");
+  }
+  if (state_ == v1::STAGE_STATE_FAILED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the stage failed: ", error_.ToString(),
+                     "; configure it again"));
+  }
+  if (!is_last() && downstream_ == nullptr) {
+    return absl::FailedPreconditionError("no link to the downstream stage");
+  }
+  if (thread_.joinable()) thread_.join();
+  if (until_step <= next_step_.load()) {
+    state_ = v1::STAGE_STATE_DONE;
+    return absl::OkStatus();
+  }
+  until_step_ = until_step;
+  stop_ = false;
+  state_ = v1::STAGE_STATE_RUNNING;
+  thread_ = std::thread([this, until_step] { Loop(until_step); });
+  return absl::OkStatus();
+}
+
+void StageExecutor::Stop() {
+  stop_ = true;
+  mailbox_.Fail(absl::CancelledError("the stage was stopped"));
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    t = std::move(thread_);
+  }
+  if (t.joinable()) t.join();
+}
+
+absl::Status StageExecutor::Wait() {
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    t = std::move(thread_);
+  }
+  if (t.joinable()) t.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void StageExecutor::Loop(int64_t until_step) {
+  absl::Status status;
+  while (status.ok() && next_step_.load() < until_step) {
+    if (stop_.load()) {
+      status = absl::CancelledError("the stage was stopped");
+      break;
+    }
+    status = RunStep(next_step_.load());
+    if (status.ok()) ++next_step_;
+  }
+  if (!status.ok()) {
+    PT_LOG(WARNING) << "stage " << config_.stage() << " of job "
+                    << config_.job_id() << " failed at step "
+                    << next_step_.load() << ": " << status;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  state_ = status.ok() ? v1::STAGE_STATE_DONE : v1::STAGE_STATE_FAILED;
+  error_ = status;
+}
+
+absl::Status StageExecutor::RunStep(int64_t step) {
+  std::lock_guard<std::mutex> compute(compute_mu_);
+  const auto start = Clock::now();
+  StepState state;
+  state.step = step;
+  state.micro.resize(std::max<int64_t>(1, config_.spec().micro_batches()));
+  ZeroGrads(model_->params());
+  for (const Instruction& instruction : schedule_) {
+    const absl::Status status = Execute(instruction, &state);
+    if (!status.ok()) {
+      return absl::Status(status.code(),
+                          absl::StrCat("step ", step, ", ", ToString(instruction),
+                                       ": ", status.message()));
+    }
+  }
+  const double seconds = SecondsSince(start);
+  v1::StepResult result;
+  result.set_step(step);
+  result.set_seconds(seconds);
+  result.set_weight_version(weight_version_.load());
+  if (is_last()) {
+    result.set_loss(state.loss.mean_loss());
+    result.set_accuracy(state.loss.accuracy());
+  }
+  const double m = static_cast<double>(state.micro.size());
+  if (metrics_ != nullptr) {
+    metrics_->steps()->Increment();
+    metrics_->samples()->Increment(
+        static_cast<double>(config_.spec().batch_size()));
+    metrics_->weight_version()->Set(static_cast<double>(weight_version_.load()));
+    metrics_->peak_activation_bytes()->Set(static_cast<double>(state.peak_bytes));
+    if (is_last()) metrics_->loss()->Set(state.loss.mean_loss());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  results_.push_back(result);
+  if (results_.size() > kMaxResults) results_.pop_front();
+  timings_.forward_seconds = state.forward_seconds / m;
+  timings_.backward_seconds = state.backward_seconds / m;
+  timings_.idle_seconds = state.idle_seconds;
+  timings_.step_seconds = seconds;
+  timings_.peak_activation_bytes = state.peak_bytes;
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::Execute(const Instruction& in, StepState* state) {
+  switch (in.op) {
+    case OpKind::kLoadInput:
+      return LoadInput(in.micro_batch, state);
+    case OpKind::kRecvActivation:
+      return ReceiveActivation(in.micro_batch, state);
+    case OpKind::kForward:
+      return Forward(in.micro_batch, state);
+    case OpKind::kSendActivation:
+      return SendActivation(in.micro_batch, state);
+    case OpKind::kLoss:
+      return Loss(in.micro_batch, state);
+    case OpKind::kRecvGradient:
+      return ReceiveGradient(in.micro_batch, state);
+    case OpKind::kBackward:
+      return Backward(in.micro_batch, state);
+    case OpKind::kSendGradient:
+      return SendGradient(in.micro_batch, state);
+    case OpKind::kOptimizerStep:
+      return OptimizerStep(state);
+    case OpKind::kBackwardInput:
+    case OpKind::kBackwardWeight:
+      break;
+  }
+  return absl::UnimplementedError(
+      absl::StrCat(OpKindName(in.op), " is not supported by this executor"));
+}
+
+absl::Status StageExecutor::LoadInput(int mb, StepState* state) {
+  if (state->inputs.empty()) {
+    const std::vector<int64_t> indices = order_->IndicesForStep(state->step);
+    ASSIGN_OR_RETURN(Batch batch, GatherBatch(*data_.train, indices));
+    ASSIGN_OR_RETURN(state->inputs,
+                     ShapeInputs(batch.inputs, model_->input_shape()));
+    state->labels = batch.labels;
+  }
+  const int64_t begin = mb * rows_per_micro_batch_;
+  const int64_t end = begin + rows_per_micro_batch_;
+  MicroBatch& micro = state->micro[mb];
+  ASSIGN_OR_RETURN(Tensor x, state->inputs.SliceRows(begin, end));
+  ASSIGN_OR_RETURN(micro.input, ToDevice(backend_, x));
+  ASSIGN_OR_RETURN(micro.labels, state->labels.SliceRows(begin, end));
+  state->Hold(micro.input.bytes());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StageMessage> StageExecutor::Receive(MessageKind kind,
+                                                    int64_t step, int mb,
+                                                    StepState* state) {
+  const auto start = Clock::now();
+  const double timeout =
+      config_.recv_timeout_s() > 0 ? config_.recv_timeout_s() : 120.0;
+  auto msg = mailbox_.Receive(
+      kind, step, mb,
+      start + std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(timeout)));
+  const double idle = SecondsSince(start);
+  state->idle_seconds += idle;
+  if (metrics_ != nullptr) metrics_->idle_seconds()->Increment(idle);
+  return msg;
+}
+
+absl::StatusOr<Tensor> StageExecutor::ToWire(const Tensor& t) {
+  Tensor host = t;
+  if (t.device() != Device::kCpu) {
+    ASSIGN_OR_RETURN(host, ToHost(backend_, t));
+  }
+  return ConvertDType(host, FromProto(config_.wire_dtype()));
+}
+
+absl::StatusOr<Tensor> StageExecutor::FromWire(const Tensor& wire) {
+  ASSIGN_OR_RETURN(Tensor f32, ConvertDType(wire, DType::kF32));
+  if (backend_->device() == Device::kCpu) return f32;
+  return ToDevice(backend_, f32);
+}
+
+absl::Status StageExecutor::ReceiveActivation(int mb, StepState* state) {
+  ASSIGN_OR_RETURN(StageMessage msg,
+                   Receive(MessageKind::kActivation, state->step, mb, state));
+  MicroBatch& micro = state->micro[mb];
+  ASSIGN_OR_RETURN(micro.input, FromWire(msg.tensors.at(0)));
+  micro.labels = msg.tensors.at(1);
+  state->Hold(micro.input.bytes());
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::Forward(int mb, StepState* state) {
+  const auto start = Clock::now();
+  MicroBatch& micro = state->micro[mb];
+  ForwardOptions options;
+  options.dropout_seed = MicroBatchSeed(config_.spec().seed(), state->step, mb);
+  const bool keep = !config_.spec().rematerialize();
+  ASSIGN_OR_RETURN(micro.output,
+                   model_->Forward(micro.input, options,
+                                   keep ? &micro.contexts : nullptr));
+  state->Hold(ContextBytes(micro.contexts) + micro.output.bytes());
+  const double seconds = SecondsSince(start);
+  state->forward_seconds += seconds;
+  CountCompute(StageMetrics::kForward, seconds);
+  if (metrics_ != nullptr) metrics_->in_flight()->Increment();
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::SendTo(const std::shared_ptr<StageLink>& link,
+                                   StageMessage message) {
+  if (link == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "no link to send the ", MessageKindName(message.kind), " on"));
+  }
+  return link->Send(std::move(message));
+}
+
+absl::Status StageExecutor::SendActivation(int mb, StepState* state) {
+  MicroBatch& micro = state->micro[mb];
+  StageMessage msg;
+  msg.kind = MessageKind::kActivation;
+  msg.step = state->step;
+  msg.micro_batch = mb;
+  msg.weight_version = weight_version_.load();
+  ASSIGN_OR_RETURN(Tensor wire, ToWire(micro.output));
+  msg.tensors = {wire, micro.labels};
+  state->held_bytes -= micro.output.bytes();
+  micro.output = Tensor();
+  return SendTo(downstream(), std::move(msg));
+}
+
+absl::Status StageExecutor::Loss(int mb, StepState* state) {
+  const auto start = Clock::now();
+  MicroBatch& micro = state->micro[mb];
+  ASSIGN_OR_RETURN(Tensor labels, ToDevice(backend_, micro.labels));
+  LayerContext ctx;
+  ASSIGN_OR_RETURN(LossStats stats, loss_->Forward(micro.output, labels, &ctx));
+  state->loss.Add(stats);
+  // The loss is the mean over every label of the mini-batch.
+  const float scale =
+      1.0f / static_cast<float>(labels.numel() * state->micro.size());
+  ASSIGN_OR_RETURN(micro.grad_output, loss_->Backward(scale, &ctx));
+  state->held_bytes -= micro.output.bytes();
+  micro.output = Tensor();
+  CountCompute(StageMetrics::kLoss, SecondsSince(start));
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::ReceiveGradient(int mb, StepState* state) {
+  ASSIGN_OR_RETURN(StageMessage msg,
+                   Receive(MessageKind::kGradient, state->step, mb, state));
+  ASSIGN_OR_RETURN(state->micro[mb].grad_output, FromWire(msg.tensors.at(0)));
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::Backward(int mb, StepState* state) {
+  MicroBatch& micro = state->micro[mb];
+  ForwardOptions options;
+  options.dropout_seed = MicroBatchSeed(config_.spec().seed(), state->step, mb);
+  if (config_.spec().rematerialize()) {
+    // Re-materialization: recompute this micro-batch's forward from the
+    // stage input it kept, then run backward.
+    const auto start = Clock::now();
+    RETURN_IF_ERROR(
+        model_->Forward(micro.input, options, &micro.contexts).status());
+    state->Hold(ContextBytes(micro.contexts));
+    const double seconds = SecondsSince(start);
+    state->forward_seconds += seconds;
+    CountCompute(StageMetrics::kRecompute, seconds);
+  }
+  const auto start = Clock::now();
+  ASSIGN_OR_RETURN(micro.grad_input,
+                   model_->Backward(micro.grad_output, options,
+                                    &micro.contexts, !is_first()));
+  state->held_bytes -= ContextBytes(micro.contexts) + micro.input.bytes();
+  micro.contexts.clear();
+  micro.input = Tensor();
+  micro.grad_output = Tensor();
+  const double seconds = SecondsSince(start);
+  state->backward_seconds += seconds;
+  CountCompute(StageMetrics::kBackward, seconds);
+  if (metrics_ != nullptr) metrics_->in_flight()->Decrement();
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::SendGradient(int mb, StepState* state) {
+  MicroBatch& micro = state->micro[mb];
+  StageMessage msg;
+  msg.kind = MessageKind::kGradient;
+  msg.step = state->step;
+  msg.micro_batch = mb;
+  msg.weight_version = weight_version_.load();
+  ASSIGN_OR_RETURN(Tensor wire, ToWire(micro.grad_input));
+  msg.tensors = {wire};
+  micro.grad_input = Tensor();
+  return SendTo(upstream(), std::move(msg));
+}
+
+absl::StatusOr<double> StageExecutor::GlobalSumSquares(double local,
+                                                       int64_t step) {
+  // Partial sums flow up from the last stage; the total flows back down.
+  double partial = local;
+  StepState unused;
+  if (!is_last()) {
+    ASSIGN_OR_RETURN(StageMessage msg,
+                     Receive(MessageKind::kNormPartial, step, 0, &unused));
+    partial += msg.value;
+  }
+  if (!is_first()) {
+    StageMessage up;
+    up.kind = MessageKind::kNormPartial;
+    up.step = step;
+    up.value = partial;
+    RETURN_IF_ERROR(SendTo(upstream(), std::move(up)));
+  }
+  double total = partial;
+  if (!is_first()) {
+    ASSIGN_OR_RETURN(StageMessage msg,
+                     Receive(MessageKind::kNormTotal, step, 0, &unused));
+    total = msg.value;
+  }
+  if (!is_last()) {
+    StageMessage down;
+    down.kind = MessageKind::kNormTotal;
+    down.step = step;
+    down.value = total;
+    RETURN_IF_ERROR(SendTo(downstream(), std::move(down)));
+  }
+  return total;
+}
+
+absl::Status StageExecutor::OptimizerStep(StepState* state) {
+  const auto start = Clock::now();
+  float scale = 1.0f;
+  const float clip = optimizer_->clip_grad_norm();
+  if (clip > 0) {
+    ASSIGN_OR_RETURN(double local, GradSumSquares(backend_, model_->params()));
+    ASSIGN_OR_RETURN(double total, GlobalSumSquares(local, state->step));
+    scale = ClipScale(total, clip);
+  }
+  RETURN_IF_ERROR(optimizer_->Step(model_->params(), scale));
+  ++weight_version_;
+  CountCompute(StageMetrics::kOptimizer, SecondsSince(start));
+  return absl::OkStatus();
+}
+
+v1::GetStatusResponse StageExecutor::GetStatus(int64_t results_since) const {
+  v1::GetStatusResponse out;
+  std::lock_guard<std::mutex> lock(mu_);
+  out.set_state(state_);
+  out.set_next_step(next_step_.load());
+  out.set_weight_version(weight_version_.load());
+  if (!error_.ok()) {
+    out.set_error(error_.ToString());
+    out.set_error_code(static_cast<int>(error_.code()));
+  }
+  for (const v1::StepResult& r : results_) {
+    if (r.step() >= results_since) *out.add_results() = r;
+  }
+  out.set_forward_seconds(timings_.forward_seconds);
+  out.set_backward_seconds(timings_.backward_seconds);
+  out.set_idle_fraction(timings_.step_seconds > 0
+                            ? timings_.idle_seconds / timings_.step_seconds
+                            : 0.0);
+  out.set_peak_activation_bytes(timings_.peak_activation_bytes);
+  return out;
+}
+
+StageTimings StageExecutor::timings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return timings_;
+}
+
+absl::StatusOr<v1::GetWeightsResponse> StageExecutor::Weights() {
+  std::lock_guard<std::mutex> compute(compute_mu_);
+  ASSIGN_OR_RETURN(std::vector<Tensor> host, model_->ParamsToHost());
+  v1::GetWeightsResponse out;
+  out.set_weight_version(weight_version_.load());
+  for (size_t i = 0; i < host.size(); ++i) {
+    v1::TensorProto* t = out.add_weights();
+    t->set_name(model_->params()[i]->name);
+    t->set_dtype(v1::DTYPE_F32);
+    for (int64_t d : host[i].shape()) t->add_shape(d);
+    t->set_data(host[i].raw(), host[i].bytes());
+  }
+  return out;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,160 @@
+// StageExecutor: one stage of a pipeline, transport-free.
+//
+// Configured with a StageConfig (layers [begin, end) of a job's model, its
+// place in the pipeline, the schedule), it runs the schedule's instruction
+// stream once per step on its own thread: receiving activations and
+// gradients from its Mailbox, sending its own through StageLinks, and
+// applying the optimizer at the end of each step. Stage 0 reads the data;
+// labels travel down with the activations to the last stage, which computes
+// the loss.
+//
+// Thread-safety: public methods are thread-safe. The training thread owns
+// the model and backend while a step runs; Weights() waits for the step in
+// progress to end.
+#ifndef PIPETRAIN_WORKER_PIPELINE_STAGE_EXECUTOR_H_
+#define PIPETRAIN_WORKER_PIPELINE_STAGE_EXECUTOR_H_
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "pipetrain/v1/stage.pb.h"
+#include "worker/compute/backend.h"
+#include "worker/data/dataset.h"
+#include "worker/nn/loss.h"
+#include "worker/nn/model.h"
+#include "worker/nn/optimizer.h"
+#include "worker/pipeline/mailbox.h"
+#include "worker/pipeline/schedule.h"
+#include "worker/pipeline/stage_metrics.h"
+
+namespace pipetrain {
+
+// Timings and memory of one stage, measured over its last step.
+struct StageTimings {
+  double forward_seconds = 0.0;   // per micro-batch (includes recompute)
+  double backward_seconds = 0.0;  // per micro-batch
+  double idle_seconds = 0.0;      // waiting for neighbours, whole step
+  double step_seconds = 0.0;
+  int64_t peak_activation_bytes = 0;
+};
+
+class StageExecutor {
+ public:
+  // Validates the config and builds the stage: model layers, optimizer, and
+  // (stage 0) the dataset. InvalidArgument naming the field for bad configs.
+  // `backend` and `metrics` (may be null) are borrowed and must outlive the
+  // executor.
+  static absl::StatusOr<std::unique_ptr<StageExecutor>> Create(
+      const v1::StageConfig& config, Backend* backend,
+      StageMetrics* metrics = nullptr);
+  ~StageExecutor();
+
+  const v1::StageConfig& config() const { return config_; }
+  bool is_first() const { return config_.stage() == 0; }
+  bool is_last() const { return config_.stage() == config_.num_stages() - 1; }
+  Mailbox* mailbox() { return &mailbox_; }
+
+  // Links to the neighbours. The first stage has no upstream, the last no
+  // downstream. A link may be replaced at any time (a neighbour reconnects).
+  void SetDownstream(std::shared_ptr<StageLink> link);
+  void SetUpstream(std::shared_ptr<StageLink> link);
+  // Drops the upstream link if it is still `link`.
+  void ClearUpstream(const StageLink* link);
+
+  // Checks a message from a neighbour before it is delivered: kind, step,
+  // micro-batch, tensor count, shapes and dtypes. InvalidArgument says what
+  // is wrong.
+  absl::Status ValidateIncoming(const StageMessage& message) const;
+
+  // Trains steps next_step() .. until_step - 1 on the training thread and
+  // returns at once. FailedPrecondition while a run is in progress or after
+  // a failure.
+  absl::Status Train(int64_t until_step);
+  // Stops training (the step in progress fails with Cancelled) and waits.
+  void Stop();
+  // Waits until the current run ends; returns its final status.
+  absl::Status Wait();
+
+  v1::GetStatusResponse GetStatus(int64_t results_since) const;
+  absl::StatusOr<v1::GetWeightsResponse> Weights();
+  int64_t next_step() const { return next_step_.load(); }
+  StageTimings timings() const;
+  int64_t num_parameters() const { return model_->num_parameters(); }
+  const Shape& input_shape() const { return model_->input_shape(); }
+  const Shape& output_shape() const { return model_->output_shape(); }
+
+ private:
+  struct MicroBatch;
+  struct StepState;
+
+  StageExecutor(const v1::StageConfig& config, Backend* backend,
+                StageMetrics* metrics);
+  // Adds `seconds` to a phase's compute counter.
+  void CountCompute(StageMetrics::Phase phase, double seconds) const;
+  void Loop(int64_t until_step);
+  absl::Status RunStep(int64_t step);
+  absl::Status Execute(const Instruction& instruction, StepState* state);
+  absl::Status LoadInput(int mb, StepState* state);
+  absl::Status ReceiveActivation(int mb, StepState* state);
+  absl::Status Forward(int mb, StepState* state);
+  absl::Status SendActivation(int mb, StepState* state);
+  absl::Status Loss(int mb, StepState* state);
+  absl::Status ReceiveGradient(int mb, StepState* state);
+  absl::Status Backward(int mb, StepState* state);
+  absl::Status SendGradient(int mb, StepState* state);
+  absl::Status OptimizerStep(StepState* state);
+  absl::StatusOr<double> GlobalSumSquares(double local, int64_t step);
+  absl::StatusOr<StageMessage> Receive(MessageKind kind, int64_t step, int mb,
+                                       StepState* state);
+  absl::Status SendTo(const std::shared_ptr<StageLink>& link,
+                      StageMessage message);
+  std::shared_ptr<StageLink> downstream() const;
+  std::shared_ptr<StageLink> upstream() const;
+  // Wire form of a device tensor: host, in the configured wire dtype.
+  absl::StatusOr<Tensor> ToWire(const Tensor& device_tensor);
+  absl::StatusOr<Tensor> FromWire(const Tensor& wire);
+
+  // Constant after construction.
+  const v1::StageConfig config_;
+  Backend* const backend_;        // borrowed
+  StageMetrics* const metrics_;   // borrowed, may be null
+  int64_t rows_per_micro_batch_ = 0;
+  Shape label_shape_;  // per sample, from the whole model's output
+  std::vector<Instruction> schedule_;
+  DatasetPair data_;                    // stage 0 only
+  std::unique_ptr<SampleOrder> order_;  // stage 0 only
+
+  // Owned by the training thread while a step runs (compute_mu_ held).
+  std::mutex compute_mu_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<SoftmaxCrossEntropyLoss> loss_;
+
+  Mailbox mailbox_;
+  std::atomic<int64_t> next_step_{0};
+  std::atomic<int64_t> until_step_{0};
+  std::atomic<int64_t> weight_version_{0};
+  std::atomic<bool> stop_{false};
+
+  mutable std::mutex mu_;
+  std::shared_ptr<StageLink> downstream_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<StageLink> upstream_ ABSL_GUARDED_BY(mu_);
+  v1::StageState state_ ABSL_GUARDED_BY(mu_) = v1::STAGE_STATE_CONFIGURED;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
+  StageTimings timings_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_ ABSL_GUARDED_BY(mu_);
+};
+
+// Sum of the bytes of every tensor a forward context keeps alive.
+int64_t ContextBytes(const std::vector<LayerContext>& contexts);
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_WORKER_PIPELINE_STAGE_EXECUTOR_H_
