@@ -1,0 +1,131 @@
+#include "tests/cluster_harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "services/grpc_util.h"
+
+namespace pipetrain::testing {
+
+std::string BinaryPath(const std::string& name) {
+  const char* dir = std::getenv("PIPETRAIN_BIN_DIR");
+  return absl::StrCat(dir != nullptr ? dir : ".", "/", name);
+}
+
+std::string SourcePath(const std::string& relative) {
+  const char* dir = std::getenv("PIPETRAIN_SOURCE_DIR");
+  return absl::StrCat(dir != nullptr ? dir : ".", "/", relative);
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
+    const std::string& binary, std::vector<std::string> args,
+    double timeout_s) {
+  std::unique_ptr<ChildProcess> child(new ChildProcess());
+  char pattern[] = "/tmp/pipetrain-test-XXXXXX";
+  if (mkdtemp(pattern) == nullptr) {
+    return absl::InternalError("mkdtemp failed");
+  }
+  child->dir_ = pattern;
+  const std::string port_file = child->dir_ + "/ports";
+  child->log_path_ = child->dir_ + "/log";
+  args.insert(args.begin(), binary);
+  args.push_back("--port_file=" + port_file);
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    const int fd = open(child->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+    }
+    // The child must not outlive the test run.
+    setpgid(0, 0);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  child->pid_ = pid;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int>(timeout_s * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(port_file);
+    if (in) {
+      std::string line;
+      while (std::getline(in, line)) {
+        const size_t eq = line.find('=');
+        int port = 0;
+        if (eq != std::string::npos &&
+            absl::SimpleAtoi(line.substr(eq + 1), &port)) {
+          child->ports_[line.substr(0, eq)] = port;
+        }
+      }
+      return child;
+    }
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      child->pid_ = -1;
+      std::ifstream log(child->log_path_);
+      std::stringstream text;
+      text << log.rdbuf();
+      return absl::InternalError(absl::StrCat(binary, " exited early: ", text.str()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return absl::DeadlineExceededError(binary + " did not start in time");
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) Signal(SIGKILL);
+  if (!dir_.empty()) {
+    std::remove((dir_ + "/ports").c_str());
+    std::remove(log_path_.c_str());
+    rmdir(dir_.c_str());
+  }
+}
+
+int ChildProcess::port(const std::string& name) const {
+  auto it = ports_.find(name);
+  return it == ports_.end() ? -1 : it->second;
+}
+
+int ChildProcess::Signal(int signal) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, signal);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
+}
+
+bool ChildProcess::Running() const {
+  return pid_ > 0 && kill(pid_, 0) == 0;
+}
+
+absl::StatusOr<Worker> StartWorker(const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args = {"--listen=127.0.0.1:0", "--metrics_port=0",
+                                   "--metrics_host=127.0.0.1", "--threads=1",
+                                   "--device=cpu"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  auto process = ChildProcess::Start(BinaryPath("pipetrain-worker"), args);
+  if (!process.ok()) return process.status();
+  Worker w;
+  w.address = absl::StrCat("127.0.0.1:", (*process)->port("grpc"));
+  w.stub = v1::StageService::NewStub(CreatePipetrainChannel(w.address));
+  w.process = std::move(*process);
+  return w;
+}
+
+}  // namespace pipetrain::testing

@@ -1,0 +1,59 @@
+// Multi-process test harness: starts pipetrain binaries as child processes
+// on loopback, waits until they serve, and talks to them over gRPC.
+#ifndef PIPETRAIN_TESTS_CLUSTER_HARNESS_H_
+#define PIPETRAIN_TESTS_CLUSTER_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pipetrain/v1/stage.grpc.pb.h"
+
+namespace pipetrain::testing {
+
+// A child process that writes a port file (name=port lines) once it serves.
+// Killed (SIGKILL) on destruction unless stopped before.
+class ChildProcess {
+ public:
+  // Starts `binary` with `args` plus --port_file; waits up to `timeout_s`
+  // for the port file. Its output goes to `log_path`.
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(
+      const std::string& binary, std::vector<std::string> args,
+      double timeout_s = 20.0);
+  ~ChildProcess();
+
+  int port(const std::string& name) const;
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+  // Sends `signal` and waits for the process to exit; returns its status.
+  int Signal(int signal);
+  bool Running() const;
+
+ private:
+  ChildProcess() = default;
+  pid_t pid_ = -1;
+  std::map<std::string, int> ports_;
+  std::string dir_;
+  std::string log_path_;
+};
+
+// Path of a built binary (set by CMake as PIPETRAIN_BIN_DIR).
+std::string BinaryPath(const std::string& name);
+// The repository root (PIPETRAIN_SOURCE_DIR).
+std::string SourcePath(const std::string& relative);
+
+// A stage worker child and a stub to it.
+struct Worker {
+  std::unique_ptr<ChildProcess> process;
+  std::unique_ptr<v1::StageService::Stub> stub;
+  std::string address;  // 127.0.0.1:port
+};
+absl::StatusOr<Worker> StartWorker(const std::vector<std::string>& extra_args = {});
+
+}  // namespace pipetrain::testing
+
+#endif  // PIPETRAIN_TESTS_CLUSTER_HARNESS_H_

@@ -1,0 +1,423 @@
+// K stage-worker processes on loopback train together over gRPC and match
+// the in-process reference trainer; bad input and dead neighbours fail
+// cleanly.
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
+#include "services/grpc_util.h"
+#include "services/wire/frame_codec.h"
+#include "tests/cluster_harness.h"
+#include "worker/compute/cpu/cpu_backend.h"
+#include "worker/nn/model.h"
+#include "worker/pipeline/local_trainer.h"
+
+namespace pipetrain::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+v1::TrainingSpec LoadJob(const std::string& name) {
+  v1::TrainingSpec spec;
+  const absl::Status status = ReadJsonFile(SourcePath("examples/" + name), &spec);
+  EXPECT_TRUE(status.ok()) << status;
+  return spec;
+}
+
+struct RunResult {
+  absl::Status status;
+  std::vector<double> losses;
+  std::vector<std::vector<float>> weights;  // every stage's, in order
+};
+
+class PipelineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    for (int i = 0; i < 4; ++i) {
+      auto w = StartWorker();
+      ASSERT_TRUE(w.ok()) << w.status();
+      workers_.push_back(std::move(*w));
+    }
+  }
+  static void TearDownTestSuite() { workers_.clear(); }
+
+  // Configures workers [0, K) with the stages cut at `cuts` and trains
+  // `steps` steps.
+  static RunResult Run(const v1::TrainingSpec& spec, const std::vector<int>& cuts,
+                       v1::DType wire = v1::DTYPE_F32, double timeout_s = 120) {
+    RunResult out;
+    std::vector<int> bounds = {0};
+    bounds.insert(bounds.end(), cuts.begin(), cuts.end());
+    bounds.push_back(spec.model().layers_size());
+    const int k = static_cast<int>(bounds.size()) - 1;
+    const std::string job = absl::StrCat("job-", ++job_counter_);
+    for (int s = k - 1; s >= 0; --s) {
+      v1::ConfigureRequest request;
+      v1::StageConfig* c = request.mutable_config();
+      c->set_job_id(job);
+      *c->mutable_spec() = spec;
+      c->set_stage(s);
+      c->set_num_stages(k);
+      c->set_layer_begin(bounds[s]);
+      c->set_layer_end(bounds[s + 1]);
+      if (s + 1 < k) c->set_downstream(workers_[s + 1].address);
+      c->set_wire_dtype(wire);
+      c->set_recv_timeout_s(60);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineIn(60));
+      v1::ConfigureResponse response;
+      out.status = FromGrpcStatus(workers_[s].stub->Configure(&ctx, request, &response));
+      if (!out.status.ok()) return out;
+    }
+    for (int s = k - 1; s >= 0; --s) {
+      v1::TrainRequest request;
+      request.set_job_id(job);
+      request.set_until_step(spec.steps());
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineIn(30));
+      v1::TrainResponse response;
+      out.status = FromGrpcStatus(workers_[s].stub->Train(&ctx, request, &response));
+      if (!out.status.ok()) return out;
+    }
+    const auto deadline = Clock::now() + std::chrono::seconds(static_cast<int>(timeout_s));
+    while (true) {
+      bool done = true;
+      for (int s = 0; s < k; ++s) {
+        v1::GetStatusRequest request;
+        request.set_job_id(job);
+        grpc::ClientContext ctx;
+        ctx.set_deadline(DeadlineIn(10));
+        v1::GetStatusResponse status;
+        out.status = FromGrpcStatus(workers_[s].stub->GetStatus(&ctx, request, &status));
+        if (!out.status.ok()) return out;
+        if (status.state() == v1::STAGE_STATE_FAILED) {
+          out.status = absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                                    absl::StrCat("stage ", s, ": ", status.error()));
+          return out;
+        }
+        if (status.state() != v1::STAGE_STATE_DONE) done = false;
+        if (s == k - 1 && done) {
+          for (const auto& r : status.results()) out.losses.push_back(r.loss());
+        }
+      }
+      if (done) break;
+      if (Clock::now() > deadline) {
+        out.status = absl::DeadlineExceededError("pipeline did not finish");
+        return out;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (int s = 0; s < k; ++s) {
+      v1::GetWeightsRequest request;
+      request.set_job_id(job);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineIn(30));
+      v1::GetWeightsResponse response;
+      out.status = FromGrpcStatus(workers_[s].stub->GetWeights(&ctx, request, &response));
+      if (!out.status.ok()) return out;
+      for (const auto& t : response.weights()) {
+        const float* f = reinterpret_cast<const float*>(t.data().data());
+        out.weights.emplace_back(f, f + t.data().size() / sizeof(float));
+      }
+    }
+    return out;
+  }
+
+  static RunResult Reference(const v1::TrainingSpec& spec) {
+    RunResult out;
+    auto backend = CreateCpuBackend(1);
+    auto trainer = LocalTrainer::Create(spec, backend.get());
+    out.status = trainer.status();
+    if (!out.status.ok()) return out;
+    for (int i = 0; i < spec.steps(); ++i) {
+      auto r = (*trainer)->Step();
+      out.status = r.status();
+      if (!out.status.ok()) return out;
+      out.losses.push_back(r->loss);
+    }
+    auto params = (*trainer)->model()->ParamsToHost();
+    for (const Tensor& t : *params) out.weights.push_back(t.ToVector());
+    return out;
+  }
+
+  static void ExpectClose(const RunResult& got, const RunResult& want,
+                          double loss_rel, double weight_rel) {
+    ASSERT_TRUE(got.status.ok()) << got.status;
+    ASSERT_EQ(got.losses.size(), want.losses.size());
+    for (size_t i = 0; i < want.losses.size(); ++i) {
+      EXPECT_NEAR(got.losses[i], want.losses[i], loss_rel * want.losses[i]) << "step " << i;
+    }
+    ASSERT_EQ(got.weights.size(), want.weights.size());
+    for (size_t p = 0; p < want.weights.size(); ++p) {
+      ASSERT_EQ(got.weights[p].size(), want.weights[p].size());
+      for (size_t i = 0; i < want.weights[p].size(); ++i) {
+        const double w = want.weights[p][i];
+        ASSERT_NEAR(got.weights[p][i], w, weight_rel * std::max(1.0, std::fabs(w)))
+            << "param " << p << " element " << i;
+      }
+    }
+  }
+
+  static std::vector<Worker> workers_;
+  static int job_counter_;
+};
+
+std::vector<Worker> PipelineTest::workers_;
+int PipelineTest::job_counter_ = 0;
+
+// Cut points for K = 1..4 stages of the 5-layer Fashion-MNIST MLP.
+const std::vector<std::vector<int>> kMlpCuts = {{}, {2}, {2, 4}, {1, 2, 4}};
+
+TEST_F(PipelineTest, GPipeMatchesTheInProcessTrainer) {
+  for (int64_t m : {4, 8}) {
+    for (bool remat : {false, true}) {
+      v1::TrainingSpec spec = LoadJob("fashion_mnist_mlp.job.json");
+      spec.set_micro_batches(m);
+      spec.set_rematerialize(remat);
+      spec.set_steps(6);
+      const RunResult want = Reference(spec);
+      ASSERT_TRUE(want.status.ok()) << want.status;
+      for (const auto& cuts : kMlpCuts) {
+        SCOPED_TRACE(::testing::Message() << "M=" << m << " remat=" << remat
+                                          << " K=" << cuts.size() + 1);
+        ExpectClose(Run(spec, cuts), want, 1e-5, 1e-5);
+      }
+    }
+  }
+}
+
+// bf16 activations and gradients on the wire: 8 bits of mantissa, so the
+// run drifts from the exact one. Bound: per-step loss within 1% and weights
+// within 1e-2 (relative, or absolute below 1) after 6 steps.
+TEST_F(PipelineTest, Bf16WireStaysCloseToExact) {
+  v1::TrainingSpec spec = LoadJob("fashion_mnist_mlp.job.json");
+  spec.set_steps(6);
+  const RunResult want = Reference(spec);
+  ExpectClose(Run(spec, {2, 4}, v1::DTYPE_BF16), want, 1e-2, 1e-2);
+}
+
+TEST_F(PipelineTest, CharTransformerTrainsAcrossTwoAndThreeStages) {
+  for (const std::vector<int>& cuts : {std::vector<int>{2}, std::vector<int>{1, 3}}) {
+    v1::TrainingSpec spec = LoadJob("char_transformer.job.json");
+    spec.set_steps(40);
+    const RunResult run = Run(spec, cuts);
+    ASSERT_TRUE(run.status.ok()) << run.status;
+    ASSERT_EQ(run.losses.size(), 40u);
+    EXPECT_NEAR(run.losses.front(), std::log(256.0), 0.5);
+    EXPECT_LT(run.losses.back(), run.losses.front() - 1.0);
+  }
+}
+
+// A raw Exchange stream to a worker, as a misbehaving neighbour would open.
+class RawStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  RawStream(const std::string& address, std::vector<grpc::ByteBuffer> frames)
+      : stub_(CreatePipetrainChannel(address)), frames_(std::move(frames)) {
+    ctx_.set_deadline(DeadlineIn(20));
+    stub_.PrepareBidiStreamingCall(&ctx_, "/pipetrain.v1.StageService/Exchange",
+                                   grpc::StubOptions(), this);
+    StartRead(&in_);
+    Next();
+    StartCall();
+  }
+  void OnWriteDone(bool ok) override {
+    if (ok) Next();
+  }
+  void OnReadDone(bool ok) override {
+    if (ok) StartRead(&in_);
+  }
+  void OnDone(const grpc::Status& s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = s;
+    done_ = true;
+    cv_.notify_all();
+  }
+  grpc::Status Await() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_; });
+    return status_;
+  }
+
+ private:
+  void Next() {
+    if (next_ < frames_.size()) {
+      StartWrite(&frames_[next_++]);
+    } else if (next_++ == frames_.size()) {
+      StartWritesDone();
+    }
+  }
+  grpc::GenericStub stub_;
+  grpc::ClientContext ctx_;
+  std::vector<grpc::ByteBuffer> frames_;
+  size_t next_ = 0;
+  grpc::ByteBuffer in_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  grpc::Status status_;
+};
+
+std::vector<grpc::ByteBuffer> Frames(const std::string& job, int stage,
+                                     const StageMessage& msg) {
+  std::vector<grpc::ByteBuffer> frames = {EncodeHello(job, stage)};
+  auto encoded = EncodeMessage(job, msg);
+  EXPECT_TRUE(encoded.ok());
+  for (auto& f : *encoded) frames.push_back(f);
+  return frames;
+}
+
+TEST_F(PipelineTest, BadInputGetsClearErrorsAndTheWorkerKeepsServing) {
+  v1::TrainingSpec spec = LoadJob("fashion_mnist_mlp.job.json");
+  spec.set_steps(3);
+  // Stage 1 of 2 on worker 1 (layers [2, 5)), configured but not training.
+  v1::ConfigureRequest request;
+  v1::StageConfig* c = request.mutable_config();
+  c->set_job_id("bad-input");
+  *c->mutable_spec() = spec;
+  c->set_stage(1);
+  c->set_num_stages(2);
+  c->set_layer_begin(2);
+  c->set_layer_end(5);
+  {
+    // An invalid layer range and an invalid spec.
+    v1::ConfigureRequest bad = request;
+    bad.mutable_config()->set_layer_end(9);
+    grpc::ClientContext ctx;
+    v1::ConfigureResponse response;
+    const grpc::Status s = workers_[1].stub->Configure(&ctx, bad, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("layer range"), std::string::npos) << s.error_message();
+    bad = request;
+    bad.mutable_config()->mutable_spec()->mutable_model()->mutable_layers(2)->mutable_linear()->set_in_features(7);
+    grpc::ClientContext ctx2;
+    const grpc::Status s2 = workers_[1].stub->Configure(&ctx2, bad, &response);
+    EXPECT_EQ(s2.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s2.error_message().find("layers[2].linear.in_features"), std::string::npos)
+        << s2.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ConfigureResponse response;
+    ASSERT_TRUE(workers_[1].stub->Configure(&ctx, request, &response).ok());
+  }
+  const int64_t rows = spec.batch_size() / spec.micro_batches();
+  StageMessage good;
+  good.kind = MessageKind::kActivation;
+  good.tensors = {Tensor::Host({rows, 256}), Tensor::Host({rows})};
+  struct Case {
+    const char* what;
+    std::vector<grpc::ByteBuffer> frames;
+    grpc::StatusCode code;
+  };
+  std::vector<Case> cases;
+  {
+    grpc::Slice junk(std::string("\x03\x00\x00\x00zzz", 7));
+    cases.push_back({"garbage", {grpc::ByteBuffer(&junk, 1)}, grpc::StatusCode::INVALID_ARGUMENT});
+  }
+  cases.push_back({"unknown job", Frames("no-such-job", 0, good), grpc::StatusCode::NOT_FOUND});
+  StageMessage wrong_shape = good;
+  wrong_shape.tensors[0] = Tensor::Host({rows, 255});
+  cases.push_back({"wrong shape", Frames("bad-input", 0, wrong_shape), grpc::StatusCode::INVALID_ARGUMENT});
+  StageMessage wrong_dtype = good;
+  wrong_dtype.tensors[0] = Tensor::Host({rows, 256}, DType::kF16);
+  cases.push_back({"wrong dtype", Frames("bad-input", 0, wrong_dtype), grpc::StatusCode::INVALID_ARGUMENT});
+  StageMessage unknown_step = good;
+  unknown_step.step = 77;
+  cases.push_back({"unknown step", Frames("bad-input", 0, unknown_step), grpc::StatusCode::INVALID_ARGUMENT});
+  StageMessage unknown_mb = good;
+  unknown_mb.micro_batch = 99;
+  cases.push_back({"unknown micro-batch", Frames("bad-input", 0, unknown_mb), grpc::StatusCode::INVALID_ARGUMENT});
+  {
+    // A frame whose byte count disagrees with its tensors.
+    auto frames = Frames("bad-input", 0, good);
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(frames[1].Dump(&slices).ok());
+    grpc::ByteBuffer truncated(slices.data(), 1);  // header only, no payload
+    v1::FrameHeader h;
+    std::string header(reinterpret_cast<const char*>(slices[0].begin()) + 4, slices[0].size() - 4);
+    ASSERT_TRUE(h.ParseFromString(header));
+    h.set_total_bytes(h.total_bytes() + 4);
+    const std::string hb = h.SerializeAsString();
+    std::string bytes(4, '\0');
+    bytes[0] = static_cast<char>(hb.size() & 0xff);
+    bytes[1] = static_cast<char>(hb.size() >> 8);
+    bytes += hb;
+    grpc::Slice bad(bytes);
+    cases.push_back({"byte count", {frames[0], grpc::ByteBuffer(&bad, 1)}, grpc::StatusCode::INVALID_ARGUMENT});
+  }
+  for (Case& c : cases) {
+    RawStream stream(workers_[1].address, std::move(c.frames));
+    const grpc::Status s = stream.Await();
+    EXPECT_EQ(s.error_code(), c.code) << c.what << ": " << s.error_message();
+    EXPECT_FALSE(s.error_message().empty()) << c.what;
+  }
+  // Unknown job on the control API.
+  {
+    v1::GetStatusRequest r;
+    r.set_job_id("nope");
+    grpc::ClientContext ctx;
+    v1::GetStatusResponse response;
+    EXPECT_EQ(workers_[1].stub->GetStatus(&ctx, r, &response).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  // The worker still serves: a real pipeline through it completes.
+  const RunResult run = Run(spec, {2});
+  EXPECT_TRUE(run.status.ok()) << run.status;
+  EXPECT_EQ(run.losses.size(), 3u);
+}
+
+TEST(PipelineFailure, ADeadNeighbourFailsTheStepInBoundedTime) {
+  auto first = StartWorker();
+  auto second = StartWorker();
+  ASSERT_TRUE(first.ok() && second.ok());
+  v1::TrainingSpec spec = LoadJob("fashion_mnist_mlp.job.json");
+  spec.set_steps(100000);
+  for (int s = 1; s >= 0; --s) {
+    v1::ConfigureRequest request;
+    v1::StageConfig* c = request.mutable_config();
+    c->set_job_id("doomed");
+    *c->mutable_spec() = spec;
+    c->set_stage(s);
+    c->set_num_stages(2);
+    c->set_layer_begin(s == 0 ? 0 : 2);
+    c->set_layer_end(s == 0 ? 2 : 5);
+    if (s == 0) c->set_downstream(second->address);
+    Worker& w = s == 0 ? *first : *second;
+    grpc::ClientContext ctx;
+    v1::ConfigureResponse response;
+    ASSERT_TRUE(w.stub->Configure(&ctx, request, &response).ok());
+    v1::TrainRequest train;
+    train.set_job_id("doomed");
+    train.set_until_step(spec.steps());
+    grpc::ClientContext ctx2;
+    v1::TrainResponse r2;
+    ASSERT_TRUE(w.stub->Train(&ctx2, train, &r2).ok());
+  }
+  // Let a few steps run, then kill the last stage mid-step.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  second->process->Signal(SIGKILL);
+  const auto killed = Clock::now();
+  v1::GetStatusResponse status;
+  while (Clock::now() - killed < std::chrono::seconds(15)) {
+    v1::GetStatusRequest r;
+    r.set_job_id("doomed");
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(first->stub->GetStatus(&ctx, r, &status).ok());
+    if (status.state() == v1::STAGE_STATE_FAILED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(status.state(), v1::STAGE_STATE_FAILED) << "still " << status.state();
+  EXPECT_GT(status.next_step(), 0);
+  const auto code = static_cast<absl::StatusCode>(status.error_code());
+  EXPECT_TRUE(code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted)
+      << status.error();
+  EXPECT_LT(Clock::now() - killed, std::chrono::seconds(10));
+}
+
+}  // namespace
+}  // namespace pipetrain::testing
