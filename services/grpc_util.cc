@@ -3,6 +3,14 @@
 #include <chrono>
 
 namespace pipetrain {
+namespace {
+
+constexpr int kStreamWindowBytes = 64 << 20;
+// HTTP/2 DATA frames up to 1 MiB (the default 16 KiB costs a frame header
+// and a parse per 16 KiB of activations).
+constexpr int kHttp2FrameBytes = 1 << 20;
+
+}  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -27,6 +35,9 @@ grpc::ChannelArguments DefaultChannelArguments() {
   // Reconnect quickly to a neighbour that is starting up.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Large flow-control windows: a stage streams tens of MiB per step.
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kHttp2FrameBytes);
   return args;
 }
 
@@ -45,6 +56,9 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
   builder->AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                              kStreamWindowBytes);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kHttp2FrameBytes);
 }
 
 std::chrono::system_clock::time_point DeadlineIn(double seconds) {

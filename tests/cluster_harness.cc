@@ -20,12 +20,14 @@ namespace pipetrain::testing {
 
 std::string BinaryPath(const std::string& name) {
   const char* dir = std::getenv("PIPETRAIN_BIN_DIR");
-  return absl::StrCat(dir != nullptr ? dir : ".", "/", name);
+  return absl::StrCat(dir != nullptr ? dir : PIPETRAIN_DEFAULT_BIN_DIR, "/",
+                      name);
 }
 
 std::string SourcePath(const std::string& relative) {
   const char* dir = std::getenv("PIPETRAIN_SOURCE_DIR");
-  return absl::StrCat(dir != nullptr ? dir : ".", "/", relative);
+  return absl::StrCat(dir != nullptr ? dir : PIPETRAIN_DEFAULT_SOURCE_DIR, "/",
+                      relative);
 }
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
@@ -126,6 +128,105 @@ absl::StatusOr<Worker> StartWorker(const std::vector<std::string>& extra_args) {
   w.stub = v1::StageService::NewStub(CreatePipetrainChannel(w.address));
   w.process = std::move(*process);
   return w;
+}
+
+namespace {
+
+absl::Status Call(const grpc::Status& status) { return FromGrpcStatus(status); }
+
+// Polls every stage until all are done (or one failed / time runs out).
+absl::Status AwaitStages(std::vector<Worker>& workers, int k,
+                         const std::string& job, double timeout_s,
+                         PipelineRun* out) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int>(timeout_s * 1000));
+  while (true) {
+    out->stages.assign(k, v1::GetStatusResponse());
+    bool done = true;
+    for (int s = 0; s < k; ++s) {
+      v1::GetStatusRequest request;
+      request.set_job_id(job);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineIn(10));
+      v1::GetStatusResponse& status = out->stages[s];
+      absl::Status rpc = Call(workers[s].stub->GetStatus(&ctx, request, &status));
+      if (!rpc.ok()) return rpc;
+      if (status.state() == v1::STAGE_STATE_FAILED) {
+        return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                            absl::StrCat("stage ", s, ": ", status.error()));
+      }
+      if (status.state() != v1::STAGE_STATE_DONE) done = false;
+    }
+    if (done) return absl::OkStatus();
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError("the pipeline did not finish in time");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
+
+PipelineRun RunPipeline(std::vector<Worker>& workers, const std::string& job,
+                        const v1::TrainingSpec& spec,
+                        const std::vector<int>& cuts,
+                        const PipelineOptions& options) {
+  PipelineRun out;
+  std::vector<int> bounds = {0};
+  bounds.insert(bounds.end(), cuts.begin(), cuts.end());
+  bounds.push_back(spec.model().layers_size());
+  const int k = static_cast<int>(bounds.size()) - 1;
+  if (k > static_cast<int>(workers.size())) {
+    out.status = absl::InvalidArgumentError("more stages than workers");
+    return out;
+  }
+  for (int s = k - 1; s >= 0; --s) {
+    v1::ConfigureRequest request;
+    v1::StageConfig* c = request.mutable_config();
+    c->set_job_id(job);
+    *c->mutable_spec() = spec;
+    c->set_stage(s);
+    c->set_num_stages(k);
+    c->set_layer_begin(bounds[s]);
+    c->set_layer_end(bounds[s + 1]);
+    if (s + 1 < k) c->set_downstream(workers[s + 1].address);
+    c->set_wire_dtype(options.wire);
+    c->set_schedule(options.schedule);
+    c->set_recv_timeout_s(60);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(60));
+    v1::ConfigureResponse response;
+    out.status = Call(workers[s].stub->Configure(&ctx, request, &response));
+    if (!out.status.ok()) return out;
+  }
+  for (int s = k - 1; s >= 0; --s) {
+    v1::TrainRequest request;
+    request.set_job_id(job);
+    request.set_until_step(spec.steps());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(30));
+    v1::TrainResponse response;
+    out.status = Call(workers[s].stub->Train(&ctx, request, &response));
+    if (!out.status.ok()) return out;
+  }
+  out.status = AwaitStages(workers, k, job, options.timeout_s, &out);
+  if (!out.status.ok()) return out;
+  for (const auto& r : out.stages.back().results()) out.losses.push_back(r.loss());
+  if (!options.fetch_weights) return out;
+  for (int s = 0; s < k; ++s) {
+    v1::GetWeightsRequest request;
+    request.set_job_id(job);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(30));
+    v1::GetWeightsResponse response;
+    out.status = Call(workers[s].stub->GetWeights(&ctx, request, &response));
+    if (!out.status.ok()) return out;
+    for (const auto& t : response.weights()) {
+      const float* f = reinterpret_cast<const float*>(t.data().data());
+      out.weights.emplace_back(f, f + t.data().size() / sizeof(float));
+    }
+  }
+  return out;
 }
 
 }  // namespace pipetrain::testing

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "pipetrain/v1/job.pb.h"
 #include "pipetrain/v1/stage.grpc.pb.h"
 
 namespace pipetrain::testing {
@@ -53,6 +54,28 @@ struct Worker {
   std::string address;  // 127.0.0.1:port
 };
 absl::StatusOr<Worker> StartWorker(const std::vector<std::string>& extra_args = {});
+
+// What a pipeline run on worker processes produced.
+struct PipelineRun {
+  absl::Status status;
+  std::vector<double> losses;               // per step, from the last stage
+  std::vector<std::vector<float>> weights;  // every stage's, in order
+  std::vector<v1::GetStatusResponse> stages;  // final status per stage
+};
+
+struct PipelineOptions {
+  v1::DType wire = v1::DTYPE_F32;
+  v1::ScheduleKindProto schedule = v1::SCHEDULE_GPIPE;
+  double timeout_s = 120;
+  bool fetch_weights = true;
+};
+
+// Configures workers [0, K) with `spec`'s model cut at `cuts` (layer
+// indices) and trains spec.steps() steps under job id `job`.
+PipelineRun RunPipeline(std::vector<Worker>& workers, const std::string& job,
+                        const v1::TrainingSpec& spec,
+                        const std::vector<int>& cuts,
+                        const PipelineOptions& options = {});
 
 }  // namespace pipetrain::testing
 

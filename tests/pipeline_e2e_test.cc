@@ -29,11 +29,7 @@ v1::TrainingSpec LoadJob(const std::string& name) {
   return spec;
 }
 
-struct RunResult {
-  absl::Status status;
-  std::vector<double> losses;
-  std::vector<std::vector<float>> weights;  // every stage's, in order
-};
+using RunResult = PipelineRun;
 
 class PipelineTest : public ::testing::Test {
  protected:
@@ -46,86 +42,12 @@ class PipelineTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { workers_.clear(); }
 
-  // Configures workers [0, K) with the stages cut at `cuts` and trains
-  // `steps` steps.
   static RunResult Run(const v1::TrainingSpec& spec, const std::vector<int>& cuts,
-                       v1::DType wire = v1::DTYPE_F32, double timeout_s = 120) {
-    RunResult out;
-    std::vector<int> bounds = {0};
-    bounds.insert(bounds.end(), cuts.begin(), cuts.end());
-    bounds.push_back(spec.model().layers_size());
-    const int k = static_cast<int>(bounds.size()) - 1;
-    const std::string job = absl::StrCat("job-", ++job_counter_);
-    for (int s = k - 1; s >= 0; --s) {
-      v1::ConfigureRequest request;
-      v1::StageConfig* c = request.mutable_config();
-      c->set_job_id(job);
-      *c->mutable_spec() = spec;
-      c->set_stage(s);
-      c->set_num_stages(k);
-      c->set_layer_begin(bounds[s]);
-      c->set_layer_end(bounds[s + 1]);
-      if (s + 1 < k) c->set_downstream(workers_[s + 1].address);
-      c->set_wire_dtype(wire);
-      c->set_recv_timeout_s(60);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(DeadlineIn(60));
-      v1::ConfigureResponse response;
-      out.status = FromGrpcStatus(workers_[s].stub->Configure(&ctx, request, &response));
-      if (!out.status.ok()) return out;
-    }
-    for (int s = k - 1; s >= 0; --s) {
-      v1::TrainRequest request;
-      request.set_job_id(job);
-      request.set_until_step(spec.steps());
-      grpc::ClientContext ctx;
-      ctx.set_deadline(DeadlineIn(30));
-      v1::TrainResponse response;
-      out.status = FromGrpcStatus(workers_[s].stub->Train(&ctx, request, &response));
-      if (!out.status.ok()) return out;
-    }
-    const auto deadline = Clock::now() + std::chrono::seconds(static_cast<int>(timeout_s));
-    while (true) {
-      bool done = true;
-      for (int s = 0; s < k; ++s) {
-        v1::GetStatusRequest request;
-        request.set_job_id(job);
-        grpc::ClientContext ctx;
-        ctx.set_deadline(DeadlineIn(10));
-        v1::GetStatusResponse status;
-        out.status = FromGrpcStatus(workers_[s].stub->GetStatus(&ctx, request, &status));
-        if (!out.status.ok()) return out;
-        if (status.state() == v1::STAGE_STATE_FAILED) {
-          out.status = absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                                    absl::StrCat("stage ", s, ": ", status.error()));
-          return out;
-        }
-        if (status.state() != v1::STAGE_STATE_DONE) done = false;
-        if (s == k - 1 && done) {
-          for (const auto& r : status.results()) out.losses.push_back(r.loss());
-        }
-      }
-      if (done) break;
-      if (Clock::now() > deadline) {
-        out.status = absl::DeadlineExceededError("pipeline did not finish");
-        return out;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    for (int s = 0; s < k; ++s) {
-      v1::GetWeightsRequest request;
-      request.set_job_id(job);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(DeadlineIn(30));
-      v1::GetWeightsResponse response;
-      out.status = FromGrpcStatus(workers_[s].stub->GetWeights(&ctx, request, &response));
-      if (!out.status.ok()) return out;
-      for (const auto& t : response.weights()) {
-        const float* f = reinterpret_cast<const float*>(t.data().data());
-        out.weights.emplace_back(f, f + t.data().size() / sizeof(float));
-      }
-    }
-    return out;
+                       v1::DType wire = v1::DTYPE_F32) {
+    PipelineOptions options;
+    options.wire = wire;
+    return RunPipeline(workers_, absl::StrCat("job-", ++job_counter_), spec, cuts,
+                       options);
   }
 
   static RunResult Reference(const v1::TrainingSpec& spec) {

@@ -219,6 +219,10 @@ absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeMessage(
   return frames;
 }
 
+FrameAssembler::FrameAssembler(std::shared_ptr<HostBufferPool> pool)
+    : pool_(pool != nullptr ? std::move(pool)
+                            : HostBufferPool::Create(size_t{256} << 20)) {}
+
 absl::StatusOr<DecodedFrame> FrameAssembler::Add(
     const grpc::ByteBuffer& frame) {
   std::vector<grpc::Slice> slices;
@@ -262,12 +266,10 @@ absl::StatusOr<DecodedFrame> FrameAssembler::Add(
     }
     Partial p;
     p.header = h;
-    void* data = std::malloc(std::max<int64_t>(layout.total, 1));
-    if (data == nullptr) {
+    p.storage = pool_->Get(static_cast<size_t>(layout.total));
+    if (p.storage == nullptr) {
       return absl::ResourceExhaustedError("cannot allocate a message buffer");
     }
-    p.storage = std::make_shared<Storage>(
-        data, layout.total, Device::kCpu, [](void* d, size_t) { std::free(d); });
     it = partial_.emplace(key, std::move(p)).first;
   }
   Partial& p = it->second;

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "pipetrain/v1/stage.pb.h"
+#include "services/wire/buffer_pool.h"
 #include "worker/pipeline/mailbox.h"
 
 namespace pipetrain {
@@ -49,6 +50,10 @@ struct DecodedFrame {
 // used by that stream's read reactions.
 class FrameAssembler {
  public:
+  // Message buffers come from `pool` (shared by a process's streams) or,
+  // when null, from a pool of this assembler's own.
+  explicit FrameAssembler(std::shared_ptr<HostBufferPool> pool = nullptr);
+
   // InvalidArgument for a malformed frame (bad header, unknown kind or
   // dtype, a byte count that does not match the tensors' shapes, frames out
   // of order, an oversize message).
@@ -62,6 +67,7 @@ class FrameAssembler {
     int64_t received = 0;
   };
   using Key = std::tuple<int, int64_t, int32_t>;
+  std::shared_ptr<HostBufferPool> pool_;
   std::map<Key, Partial> partial_;
 };
 

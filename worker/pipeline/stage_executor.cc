@@ -88,6 +88,7 @@ struct StageExecutor::StepState {
   double forward_seconds = 0.0;
   double backward_seconds = 0.0;
   double idle_seconds = 0.0;
+  double optimizer_seconds = 0.0;
   int64_t held_bytes = 0;
   int64_t peak_bytes = 0;
 
@@ -333,6 +334,7 @@ absl::Status StageExecutor::RunStep(int64_t step) {
   state.step = step;
   state.micro.resize(std::max<int64_t>(1, config_.spec().micro_batches()));
   ZeroGrads(model_->params());
+  if (metrics_ != nullptr) metrics_->in_flight()->Set(0);
   for (const Instruction& instruction : schedule_) {
     const absl::Status status = Execute(instruction, &state);
     if (!status.ok()) {
@@ -365,6 +367,7 @@ absl::Status StageExecutor::RunStep(int64_t step) {
   timings_.forward_seconds = state.forward_seconds / m;
   timings_.backward_seconds = state.backward_seconds / m;
   timings_.idle_seconds = state.idle_seconds;
+  timings_.optimizer_seconds = state.optimizer_seconds;
   timings_.step_seconds = seconds;
   timings_.peak_activation_bytes = state.peak_bytes;
   return absl::OkStatus();
@@ -400,8 +403,7 @@ absl::Status StageExecutor::Execute(const Instruction& in, StepState* state) {
 
 absl::Status StageExecutor::LoadInput(int mb, StepState* state) {
   if (state->inputs.empty()) {
-    const std::vector<int64_t> indices = order_->IndicesForStep(state->step);
-    ASSIGN_OR_RETURN(Batch batch, GatherBatch(*data_.train, indices));
+    ASSIGN_OR_RETURN(Batch batch, TakeBatch(state->step));
     ASSIGN_OR_RETURN(state->inputs,
                      ShapeInputs(batch.inputs, model_->input_shape()));
     state->labels = batch.labels;
@@ -410,10 +412,32 @@ absl::Status StageExecutor::LoadInput(int mb, StepState* state) {
   const int64_t end = begin + rows_per_micro_batch_;
   MicroBatch& micro = state->micro[mb];
   ASSIGN_OR_RETURN(Tensor x, state->inputs.SliceRows(begin, end));
-  ASSIGN_OR_RETURN(micro.input, ToDevice(backend_, x));
+  if (backend_->device() == Device::kCpu) {
+    micro.input = x;  // host memory is the CPU backend's memory
+  } else {
+    ASSIGN_OR_RETURN(micro.input, ToDevice(backend_, x));
+  }
   ASSIGN_OR_RETURN(micro.labels, state->labels.SliceRows(begin, end));
   state->Hold(micro.input.bytes());
   return absl::OkStatus();
+}
+
+absl::StatusOr<Batch> StageExecutor::TakeBatch(int64_t step) {
+  auto gather = [this](int64_t s) {
+    return GatherBatch(*data_.train, order_->IndicesForStep(s));
+  };
+  absl::StatusOr<Batch> batch;
+  if (prefetch_step_ == step && prefetch_.valid()) {
+    batch = prefetch_.get();
+  } else {
+    batch = gather(step);
+  }
+  prefetch_step_ = -1;
+  if (step + 1 < until_step_.load()) {
+    prefetch_ = std::async(std::launch::async, gather, step + 1);
+    prefetch_step_ = step + 1;
+  }
+  return batch;
 }
 
 absl::StatusOr<StageMessage> StageExecutor::Receive(MessageKind kind,
@@ -607,7 +631,8 @@ absl::Status StageExecutor::OptimizerStep(StepState* state) {
   }
   RETURN_IF_ERROR(optimizer_->Step(model_->params(), scale));
   ++weight_version_;
-  CountCompute(StageMetrics::kOptimizer, SecondsSince(start));
+  state->optimizer_seconds = SecondsSince(start);
+  CountCompute(StageMetrics::kOptimizer, state->optimizer_seconds);
   return absl::OkStatus();
 }
 
@@ -630,6 +655,8 @@ v1::GetStatusResponse StageExecutor::GetStatus(int64_t results_since) const {
                             ? timings_.idle_seconds / timings_.step_seconds
                             : 0.0);
   out.set_peak_activation_bytes(timings_.peak_activation_bytes);
+  out.set_optimizer_seconds(timings_.optimizer_seconds);
+  out.set_step_seconds(timings_.step_seconds);
   return out;
 }
 

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -40,6 +41,7 @@ struct StageTimings {
   double forward_seconds = 0.0;   // per micro-batch (includes recompute)
   double backward_seconds = 0.0;  // per micro-batch
   double idle_seconds = 0.0;      // waiting for neighbours, whole step
+  double optimizer_seconds = 0.0;
   double step_seconds = 0.0;
   int64_t peak_activation_bytes = 0;
 };
@@ -101,6 +103,9 @@ class StageExecutor {
   absl::Status RunStep(int64_t step);
   absl::Status Execute(const Instruction& instruction, StepState* state);
   absl::Status LoadInput(int mb, StepState* state);
+  // Stage 0: the mini-batch of `step`, read ahead on a helper thread while
+  // the previous step computes.
+  absl::StatusOr<Batch> TakeBatch(int64_t step);
   absl::Status ReceiveActivation(int mb, StepState* state);
   absl::Status Forward(int mb, StepState* state);
   absl::Status SendActivation(int mb, StepState* state);
@@ -129,6 +134,9 @@ class StageExecutor {
   std::vector<Instruction> schedule_;
   DatasetPair data_;                    // stage 0 only
   std::unique_ptr<SampleOrder> order_;  // stage 0 only
+  // Owned by the training thread.
+  std::future<absl::StatusOr<Batch>> prefetch_;
+  int64_t prefetch_step_ = -1;
 
   // Owned by the training thread while a step runs (compute_mu_ held).
   std::mutex compute_mu_;

@@ -1,0 +1,309 @@
+// bench_transport: activation-sized tensors (1, 4, 16, 64 MiB) streamed
+// between two processes on loopback with the stage stream's wire codec
+// (1 MiB frames, zero-copy payload slices, one write in flight) over gRPC,
+// beside raw TCP between two sockets moving the same bytes, in one run.
+//
+// Both sides pipeline: the sender queues every message, the receiver
+// acknowledges each whole message, and the clock stops at the last ack.
+// Last line: {"bench":"transport", ..., "ratio_vs_tcp": <at 16 MiB>}.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "grpcpp/generic/async_generic_service.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "services/grpc_util.h"
+#include "services/wire/frame_codec.h"
+
+namespace pipetrain {
+namespace {
+
+constexpr int64_t kMiB = 1 << 20;
+constexpr int64_t kBytesPerSize = 512 * kMiB;
+
+// Frame payload size; PIPETRAIN_CHUNK_BYTES overrides it for experiments.
+size_t ChunkBytes() {
+  const char* env = std::getenv("PIPETRAIN_CHUNK_BYTES");
+  return env != nullptr ? std::strtoull(env, nullptr, 10) : kDefaultChunkBytes;
+}
+
+double Now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// ---- Receiver (child process) ----
+
+// Decodes frames; acknowledges each whole message with one small frame.
+class SinkReactor : public grpc::ServerGenericBidiReactor {
+ public:
+  SinkReactor() { StartRead(&in_); }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    auto decoded = assembler_.Add(in_);
+    if (!decoded.ok()) {
+      Finish(ToGrpcStatus(decoded.status()));
+      return;
+    }
+    if (decoded->message.has_value()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (writing_) {
+        ++pending_acks_;
+      } else {
+        writing_ = true;
+        StartWrite(&ack_);
+      }
+    }
+    StartRead(&in_);
+  }
+  void OnWriteDone(bool) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_acks_ > 0) {
+      --pending_acks_;
+      StartWrite(&ack_);
+    } else {
+      writing_ = false;
+    }
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  grpc::ByteBuffer in_;
+  grpc::ByteBuffer ack_ = EncodeHello("ack", 0);
+  FrameAssembler assembler_;
+  std::mutex mu_;
+  bool writing_ = false;
+  int pending_acks_ = 0;
+};
+
+class SinkService : public grpc::CallbackGenericService {
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext*) override {
+    return new SinkReactor();
+  }
+};
+
+int ListenTcp(int* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  listen(fd, 4);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+// Reads messages of [u64 size][payload] and answers one byte for each.
+void TcpSink(int listen_fd) {
+  while (true) {
+    const int fd = accept(listen_fd, nullptr, nullptr);
+    if (fd < 0) return;
+    std::vector<char> buf(4 * kMiB);
+    while (true) {
+      uint64_t size = 0;
+      if (recv(fd, &size, sizeof(size), MSG_WAITALL) != sizeof(size)) break;
+      while (size > 0) {
+        const ssize_t n = recv(fd, buf.data(), std::min<uint64_t>(size, buf.size()), 0);
+        if (n <= 0) break;
+        size -= n;
+      }
+      const char ack = 1;
+      if (send(fd, &ack, 1, 0) != 1) break;
+    }
+    close(fd);
+  }
+}
+
+[[noreturn]] void RunReceiver(int report_fd) {
+  SinkService service;
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(&builder);
+  int grpc_port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &grpc_port);
+  builder.RegisterCallbackGenericService(&service);
+  auto server = builder.BuildAndStart();
+  int tcp_port = 0;
+  const int tcp_fd = ListenTcp(&tcp_port);
+  const int ports[2] = {grpc_port, tcp_port};
+  if (write(report_fd, ports, sizeof(ports)) != sizeof(ports)) _exit(1);
+  TcpSink(tcp_fd);
+  _exit(0);
+}
+
+// ---- Sender (parent process) ----
+
+// Sends `count` messages of `bytes` each; returns seconds until the last ack.
+class GrpcSender : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  GrpcSender(std::shared_ptr<grpc::Channel> channel, int64_t bytes, int count)
+      : stub_(channel), count_(count) {
+    // One payload, touched once, sent `count` times (as a stage sends the
+    // activations it just computed).
+    static Tensor payload;
+    if (payload.empty() || payload.bytes() != static_cast<size_t>(bytes)) {
+      payload = Tensor::Host({bytes / 4});
+      for (int64_t i = 0; i < payload.numel(); ++i) payload.f32()[i] = i;
+    }
+    StageMessage msg;
+    msg.kind = MessageKind::kActivation;
+    msg.tensors = {payload};
+    for (int i = 0; i < count; ++i) {
+      msg.step = i;
+      auto frames = EncodeMessage("bench", msg, ChunkBytes());
+      for (auto& f : *frames) pending_.push_back(std::move(f));
+    }
+  }
+  double Run() {
+    stub_.PrepareBidiStreamingCall(&ctx_, "/bench.Sink/Stream", grpc::StubOptions(), this);
+    const double start = Now();
+    StartRead(&ack_);
+    WriteNext();
+    StartCall();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return acks_ == count_ || failed_; });
+    const double seconds = Now() - start;
+    lock.unlock();
+    StartWritesDone();
+    std::unique_lock<std::mutex> done(mu_);
+    cv_.wait(done, [this] { return done_; });
+    return failed_ ? -1 : seconds;
+  }
+  void OnWriteDone(bool ok) override {
+    if (ok) WriteNext();
+  }
+  void OnReadDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!ok) return;
+    ++acks_;
+    cv_.notify_all();
+    if (acks_ < count_) StartRead(&ack_);
+  }
+  void OnDone(const grpc::Status& s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_ = failed_ || !s.ok();
+    done_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  void WriteNext() {
+    if (pending_.empty()) return;
+    current_ = std::move(pending_.front());
+    pending_.pop_front();
+    StartWrite(&current_);
+  }
+  grpc::GenericStub stub_;
+  grpc::ClientContext ctx_;
+  std::deque<grpc::ByteBuffer> pending_;
+  grpc::ByteBuffer current_;
+  grpc::ByteBuffer ack_;
+  const int count_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int acks_ = 0;
+  bool failed_ = false;
+  bool done_ = false;
+};
+
+double TcpSend(int port, int64_t bytes, int count) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  std::vector<char> payload(bytes, 1);
+  const double start = Now();
+  std::thread acks([&] {
+    char ack;
+    for (int i = 0; i < count; ++i) recv(fd, &ack, 1, MSG_WAITALL);
+  });
+  for (int i = 0; i < count; ++i) {
+    const uint64_t size = bytes;
+    send(fd, &size, sizeof(size), 0);
+    int64_t sent = 0;
+    while (sent < bytes) {
+      const ssize_t n = send(fd, payload.data() + sent, bytes - sent, 0);
+      if (n <= 0) break;
+      sent += n;
+    }
+  }
+  acks.join();
+  const double seconds = Now() - start;
+  close(fd);
+  return seconds;
+}
+
+int Main() {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return 1;
+  const pid_t child = fork();
+  if (child == 0) {
+    close(pipe_fds[0]);
+    RunReceiver(pipe_fds[1]);
+  }
+  close(pipe_fds[1]);
+  int ports[2];
+  if (read(pipe_fds[0], ports, sizeof(ports)) != sizeof(ports)) return 1;
+  auto channel = CreatePipetrainChannel(absl::StrFormat("127.0.0.1:%d", ports[0]));
+  std::string json = "{\"bench\":\"transport\"";
+  double ratio16 = 0;
+  for (int64_t mib : {1, 4, 16, 64}) {
+    const int64_t bytes = mib * kMiB;
+    const int count = static_cast<int>(kBytesPerSize / bytes);
+    double best_grpc = 1e9, best_tcp = 1e9;
+    for (int round = 0; round < 3; ++round) {  // interleaved rounds, best of 3
+      GrpcSender sender(channel, bytes, count);
+      const double g = sender.Run();
+      const double t = TcpSend(ports[1], bytes, count);
+      if (g < 0 || t < 0) {
+        std::fprintf(stderr, "transfer failed\n");
+        kill(child, SIGKILL);
+        return 1;
+      }
+      best_grpc = std::min(best_grpc, g);
+      best_tcp = std::min(best_tcp, t);
+    }
+    const double grpc_gbs = count * bytes / best_grpc / 1e9;
+    const double tcp_gbs = count * bytes / best_tcp / 1e9;
+    const double ratio = grpc_gbs / tcp_gbs;
+    if (mib == 16) ratio16 = ratio;
+    std::printf("%3lld MiB tensors: stage stream %.2f GB/s, raw TCP %.2f GB/s, ratio %.3f\n",
+                static_cast<long long>(mib), grpc_gbs, tcp_gbs, ratio);
+    json += absl::StrFormat(",\"grpc_gbps_%dmib\":%.3f,\"tcp_gbps_%dmib\":%.3f",
+                            static_cast<int>(mib), grpc_gbs, static_cast<int>(mib), tcp_gbs);
+  }
+  json += absl::StrFormat(",\"ratio_vs_tcp\":%.3f}", ratio16);
+  std::printf("%s\n", json.c_str());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  return 0;
+}
+
+}  // namespace
+}  // namespace pipetrain
+
+int main() { return pipetrain::Main(); }

@@ -1,0 +1,311 @@
+// PartitionPlanner's public entry points: request validation, the
+// evaluation of a placement under the cost model (planner_cost_model.h
+// documents the model), the explanation, and the messages for plans that
+// cannot exist. The search itself lives in planner_search.cc.
+#include "scheduler/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "scheduler/planner_cost_model.h"
+#include "scheduler/planner_search.h"
+
+namespace pipetrain {
+
+using planner_internal::StageCostModel;
+
+double Topology::Bandwidth(const std::string& a, const std::string& b) const {
+  auto it = bandwidth.find({a, b});
+  if (it == bandwidth.end()) it = bandwidth.find({b, a});
+  if (it != bandwidth.end()) return it->second;
+  return a == b ? intra_zone_bandwidth : default_bandwidth;
+}
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+bool IsPositiveFinite(double x) { return std::isfinite(x) && x > 0.0; }
+bool IsNonNegativeFinite(double x) { return std::isfinite(x) && x >= 0.0; }
+
+absl::Status ValidateLayers(const std::vector<LayerCost>& layers) {
+  if (layers.empty()) return absl::InvalidArgumentError("no layers to place");
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerCost& layer = layers[l];
+    if (!IsNonNegativeFinite(layer.forward_seconds) ||
+        !IsNonNegativeFinite(layer.backward_seconds)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", l, ": times must be finite and non-negative"));
+    }
+    if (layer.activation_bytes < 0 || layer.parameter_bytes < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", l, ": byte counts must be non-negative"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateWorkers(const std::vector<PlannerWorker>& workers) {
+  if (workers.empty()) return absl::InvalidArgumentError("no workers");
+  std::set<std::string> ids;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    const PlannerWorker& worker = workers[w];
+    if (!IsPositiveFinite(worker.speed)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker ", worker.id, ": speed must be positive, got ",
+          worker.speed));
+    }
+    if (worker.memory_bytes < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker ", worker.id, ": negative memory"));
+    }
+    if (!ids.insert(worker.id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker id '", worker.id, "' appears twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTopology(const Topology& topology) {
+  if (!IsPositiveFinite(topology.intra_zone_bandwidth) ||
+      !IsPositiveFinite(topology.default_bandwidth)) {
+    return absl::InvalidArgumentError("bandwidths must be positive");
+  }
+  for (const auto& [zones, bandwidth] : topology.bandwidth) {
+    if (!IsPositiveFinite(bandwidth)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bandwidth between ", zones.first, " and ",
+                       zones.second, " must be positive"));
+    }
+    // Pairs are unordered, so (a, b) and (b, a) must agree.
+    auto mirror = topology.bandwidth.find({zones.second, zones.first});
+    if (mirror->second != bandwidth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bandwidth between ", zones.first, " and ",
+                       zones.second, " is given twice, differently"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRequest(const PlanRequest& request) {
+  RETURN_IF_ERROR(ValidateLayers(request.layers));
+  RETURN_IF_ERROR(ValidateWorkers(request.workers));
+  RETURN_IF_ERROR(ValidateTopology(request.topology));
+  if (request.micro_batches < 1) {
+    return absl::InvalidArgumentError("micro_batches must be at least 1");
+  }
+  if (request.num_stages < 0) {
+    return absl::InvalidArgumentError("num_stages must not be negative");
+  }
+  if (!IsNonNegativeFinite(request.optimizer_state_factor)) {
+    return absl::InvalidArgumentError(
+        "optimizer_state_factor must be finite and non-negative");
+  }
+  switch (request.memory) {
+    case MemoryModel::kGPipe:
+    case MemoryModel::kOneFOneB:
+    case MemoryModel::kRematerialized:
+      return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("unknown memory model");
+}
+
+absl::Status ValidatePlacement(const PlanRequest& request,
+                               const std::vector<StageAssignment>& stages) {
+  if (stages.empty()) return absl::InvalidArgumentError("no stages");
+  const int layers = static_cast<int>(request.layers.size());
+  const int workers = static_cast<int>(request.workers.size());
+  std::vector<int> holder(workers, -1);
+  int expected_begin = 0;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const StageAssignment& stage = stages[s];
+    if (stage.layer_begin != expected_begin ||
+        stage.layer_end <= stage.layer_begin || stage.layer_end > layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage ", s, ": layers [", stage.layer_begin, ", ", stage.layer_end,
+          ") do not continue at layer ", expected_begin, " within ", layers,
+          " layers"));
+    }
+    if (stage.worker < 0 || stage.worker >= workers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage ", s, ": no worker ", stage.worker, " among ", workers));
+    }
+    if (holder[stage.worker] >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker ", stage.worker, " holds stages ",
+                       holder[stage.worker], " and ", s));
+    }
+    holder[stage.worker] = static_cast<int>(s);
+    expected_begin = stage.layer_end;
+  }
+  if (expected_begin != layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stages cover layers [0, ", expected_begin, ") of ", layers));
+  }
+  return absl::OkStatus();
+}
+
+std::string MemoryText(double bytes) {
+  return absl::StrFormat("%.1f MiB", bytes / kMiB);
+}
+
+std::string Explain(const PlanRequest& request, const PipelinePlan& plan) {
+  std::string text;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const StageAssignment& stage = plan.stages[s];
+    const PlannerWorker& worker = request.workers[stage.worker];
+    const std::string capacity =
+        worker.memory_bytes == 0
+            ? std::string("unlimited")
+            : MemoryText(static_cast<double>(worker.memory_bytes));
+    absl::StrAppendFormat(
+        &text,
+        "stage %d: layers [%d, %d) on worker %s (zone %s): compute %.3f ms "
+        "+ transfer %.3f ms, memory %s of %s\n",
+        s, stage.layer_begin, stage.layer_end, worker.id, worker.zone,
+        stage.compute_seconds * 1e3, stage.transfer_seconds * 1e3,
+        MemoryText(static_cast<double>(stage.memory_bytes)), capacity);
+  }
+  absl::StrAppendFormat(
+      &text, "bottleneck: stage %d (%.3f ms); predicted step %.3f ms; "
+      "bubble %.1f%%",
+      plan.bottleneck_stage, plan.bottleneck_seconds * 1e3,
+      plan.predicted_step_seconds * 1e3, plan.predicted_bubble * 100.0);
+  return text;
+}
+
+int64_t CeilBytes(double bytes) {
+  constexpr double kMax = 9.2e18;  // just under INT64_MAX
+  return bytes >= kMax ? INT64_MAX : static_cast<int64_t>(std::ceil(bytes));
+}
+
+// Fills every figure of a placement already known to be well formed.
+PipelinePlan Evaluate(const PlanRequest& request, const StageCostModel& model,
+                      std::vector<StageAssignment> stages) {
+  PipelinePlan plan;
+  const int k = static_cast<int>(stages.size());
+  for (int s = 0; s < k; ++s) {
+    StageAssignment& stage = stages[s];
+    stage.compute_seconds =
+        model.ComputeSeconds(stage.layer_begin, stage.layer_end, stage.worker);
+    stage.transfer_seconds =
+        s + 1 < k ? model.TransferSeconds(stage.layer_end,
+                                          model.zone(stage.worker),
+                                          model.zone(stages[s + 1].worker))
+                  : 0.0;
+    const double memory =
+        model.MemoryBytes(stage.layer_begin, stage.layer_end, k - s);
+    stage.memory_bytes = CeilBytes(memory);
+    plan.fits_memory &= memory <= model.MemoryCapacity(stage.worker);
+    const double time = stage.compute_seconds + stage.transfer_seconds;
+    if (s == 0 || time > plan.bottleneck_seconds) {
+      plan.bottleneck_seconds = time;
+      plan.bottleneck_stage = s;
+    }
+  }
+  const double slots = request.micro_batches + k - 1.0;
+  plan.predicted_step_seconds = slots * plan.bottleneck_seconds;
+  plan.predicted_bubble = (k - 1.0) / slots;
+  plan.stages = std::move(stages);
+  plan.explanation = Explain(request, plan);
+  return plan;
+}
+
+// Why no placement fits, for a request whose stage count is possible.
+absl::Status NoFitError(const PlanRequest& request,
+                        const StageCostModel& model) {
+  double largest = 0.0;
+  for (int w = 0; w < model.num_workers(); ++w) {
+    largest = std::max(largest, model.MemoryCapacity(w));
+  }
+  // A layer alone as the last stage is the least any placement asks of it.
+  for (int l = 0; l < model.num_layers(); ++l) {
+    const double need = model.MemoryBytes(l, l + 1, 1);
+    if (need > largest) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "layer %d alone needs %.1f GiB but the largest worker has %.1f GiB",
+          l, need / kGiB, largest / kGiB));
+    }
+  }
+  const std::string stages =
+      request.num_stages > 0 ? absl::StrCat(request.num_stages, " stages")
+                             : std::string("any number of stages");
+  return absl::FailedPreconditionError(absl::StrCat(
+      "no placement fits in memory: every cut of the ", model.num_layers(),
+      " layers into ", stages, " on the ", model.num_workers(),
+      " workers exceeds some worker's memory"));
+}
+
+absl::Status CheckStageCount(const PlanRequest& request) {
+  const int k = request.num_stages;
+  const int workers = static_cast<int>(request.workers.size());
+  const int layers = static_cast<int>(request.layers.size());
+  if (k > workers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "num_stages ", k, " needs ", k, " workers, only ", workers,
+        " available"));
+  }
+  if (k > layers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "num_stages ", k, " needs ", k, " layers, the model has only ",
+        layers));
+  }
+  const int max_stages = k > 0 ? k : std::min(layers, workers);
+  if (planner_internal::SearchTableEntries(layers, workers, max_stages) >
+      planner_internal::kMaxSearchTableEntries) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "planning ", layers, " layers on ", workers, " workers with up to ",
+        max_stages, " stages needs more than ",
+        planner_internal::kMaxSearchTableEntries, " table entries"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PipelinePlan> PlanPipeline(const PlanRequest& request) {
+  RETURN_IF_ERROR(ValidateRequest(request));
+  RETURN_IF_ERROR(CheckStageCount(request));
+  const StageCostModel model(request);
+  std::vector<StageAssignment> stages =
+      planner_internal::SearchPlacement(model, request.num_stages);
+  if (stages.empty()) return NoFitError(request, model);
+  return Evaluate(request, model, std::move(stages));
+}
+
+absl::StatusOr<PipelinePlan> EvaluatePlacement(
+    const PlanRequest& request, const std::vector<StageAssignment>& stages) {
+  RETURN_IF_ERROR(ValidateRequest(request));
+  RETURN_IF_ERROR(ValidatePlacement(request, stages));
+  return Evaluate(request, StageCostModel(request), stages);
+}
+
+std::vector<StageAssignment> EvenSplit(int num_layers, int num_stages) {
+  std::vector<StageAssignment> stages;
+  if (num_stages < 1 || num_layers < num_stages) return stages;
+  const int base = num_layers / num_stages;
+  const int longer = num_layers % num_stages;  // the first stages get +1
+  int begin = 0;
+  for (int k = 0; k < num_stages; ++k) {
+    StageAssignment stage;
+    stage.layer_begin = begin;
+    stage.layer_end = begin + base + (k < longer ? 1 : 0);
+    stage.worker = k;
+    stages.push_back(stage);
+    begin = stage.layer_end;
+  }
+  return stages;
+}
+
+}  // namespace pipetrain

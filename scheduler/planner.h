@@ -1,0 +1,112 @@
+// PartitionPlanner: cuts a model's layer sequence into pipeline stages and
+// places each stage on a worker, so that the slowest stage (compute plus
+// transfer to its neighbour) is as fast as possible within every worker's
+// memory. PipeDream-style dynamic programming over layers and workers.
+//
+// Pure and transport-free: inputs are measured profiles and worker facts,
+// the output a plan with its explanation.
+#ifndef PIPETRAIN_SCHEDULER_PLANNER_H_
+#define PIPETRAIN_SCHEDULER_PLANNER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pipetrain {
+
+// One layer's measured costs for one micro-batch on the reference device.
+struct LayerCost {
+  double forward_seconds = 0.0;
+  double backward_seconds = 0.0;
+  // Bytes of the layer's output for one micro-batch (what crosses a stage
+  // boundary after this layer, and what a stage keeps per micro-batch).
+  int64_t activation_bytes = 0;
+  int64_t parameter_bytes = 0;
+};
+
+struct PlannerWorker {
+  std::string id;
+  // Relative speed: a layer takes reference_time / speed on this worker.
+  double speed = 1.0;
+  int64_t memory_bytes = 0;
+  std::string zone;
+};
+
+// Link bandwidth between zones, bytes per second. Pairs are unordered;
+// a missing pair uses `default_bandwidth` (same zone: `intra_zone`).
+struct Topology {
+  double intra_zone_bandwidth = 10e9;
+  double default_bandwidth = 1e9;
+  std::map<std::pair<std::string, std::string>, double> bandwidth;
+  double Bandwidth(const std::string& a, const std::string& b) const;
+};
+
+enum class MemoryModel {
+  kGPipe,           // every micro-batch's activations live until backward
+  kOneFOneB,        // stage s holds at most K - s micro-batches
+  kRematerialized,  // GPipe holding only stage inputs, plus one micro-batch
+};
+
+struct PlanRequest {
+  std::vector<LayerCost> layers;
+  std::vector<PlannerWorker> workers;
+  Topology topology;
+  int micro_batches = 1;
+  // 0: any number of stages up to min(#layers, #workers); else exactly.
+  int num_stages = 0;
+  MemoryModel memory = MemoryModel::kGPipe;
+  // Bytes of optimizer state per parameter byte (SGD with momentum 1,
+  // AdamW 2), on top of the weights and their gradients.
+  double optimizer_state_factor = 1.0;
+};
+
+struct StageAssignment {
+  int layer_begin = 0;  // [begin, end)
+  int layer_end = 0;
+  int worker = 0;  // index into PlanRequest::workers
+  double compute_seconds = 0.0;   // forward + backward per micro-batch
+  double transfer_seconds = 0.0;  // activation down + gradient up, per mb
+  int64_t memory_bytes = 0;
+};
+
+struct PipelinePlan {
+  std::vector<StageAssignment> stages;
+  double bottleneck_seconds = 0.0;  // max over stages of compute + transfer
+  int bottleneck_stage = 0;
+  // (M + K - 1) * bottleneck for flush schedules.
+  double predicted_step_seconds = 0.0;
+  double predicted_bubble = 0.0;  // (K - 1) / (M + K - 1)
+  std::string explanation;        // human-readable, one line per stage
+  // Every stage within its worker's memory. Always true for PlanPipeline;
+  // EvaluatePlacement reports placements that overflow instead of failing.
+  bool fits_memory = true;
+};
+
+// The best plan. InvalidArgument for malformed requests (no layers, no
+// workers, non-positive speeds); FailedPrecondition with the reason when no
+// placement fits (too little memory, too few workers for num_stages);
+// ResourceExhausted when the search tables would pass 512 MiB (far beyond
+// 1,000 layers on 64 workers). Exact up to 7 workers; beyond, the best over
+// a few heuristic worker orders (as given, grouped by zone, fastest first).
+// Deterministic; pure, so safe to call from any thread.
+absl::StatusOr<PipelinePlan> PlanPipeline(const PlanRequest& request);
+
+// Evaluates a given placement (same cost model), e.g. the even split.
+// InvalidArgument when the request or the placement is malformed (stages not
+// contiguous from layer 0 to the end, unknown or repeated workers).
+// A placement that overflows memory is evaluated, with fits_memory false.
+absl::StatusOr<PipelinePlan> EvaluatePlacement(
+    const PlanRequest& request, const std::vector<StageAssignment>& stages);
+
+// Layers split as evenly as possible (by count) over the first K workers;
+// the first (num_layers % K) stages get the extra layers. Empty when
+// num_stages < 1 or num_stages > num_layers.
+std::vector<StageAssignment> EvenSplit(int num_layers, int num_stages);
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_SCHEDULER_PLANNER_H_

@@ -1,0 +1,69 @@
+#include "scheduler/planner_cost_model.h"
+
+#include <map>
+#include <string>
+
+namespace pipetrain {
+namespace planner_internal {
+
+StageCostModel::StageCostModel(const PlanRequest& request)
+    : num_layers_(static_cast<int>(request.layers.size())),
+      micro_batches_(request.micro_batches),
+      memory_model_(request.memory),
+      state_factor_(2.0 + request.optimizer_state_factor) {
+  compute_prefix_.assign(num_layers_ + 1, 0.0);
+  parameter_prefix_.assign(num_layers_ + 1, 0.0);
+  activation_prefix_.assign(num_layers_ + 1, 0.0);
+  for (int l = 0; l < num_layers_; ++l) {
+    const LayerCost& layer = request.layers[l];
+    compute_prefix_[l + 1] =
+        compute_prefix_[l] + layer.forward_seconds + layer.backward_seconds;
+    parameter_prefix_[l + 1] =
+        parameter_prefix_[l] + static_cast<double>(layer.parameter_bytes);
+    activation_prefix_[l + 1] =
+        activation_prefix_[l] + static_cast<double>(layer.activation_bytes);
+    activation_bytes_.push_back(static_cast<double>(layer.activation_bytes));
+  }
+  // Zones are numbered in order of first appearance among the workers.
+  std::map<std::string, int> zone_index;
+  std::vector<const std::string*> zone_names;
+  for (const PlannerWorker& worker : request.workers) {
+    auto [it, inserted] = zone_index.emplace(worker.zone, zone_names.size());
+    if (inserted) zone_names.push_back(&worker.zone);
+    zone_.push_back(it->second);
+    speed_.push_back(worker.speed);
+    capacity_.push_back(worker.memory_bytes == 0
+                            ? kInfinity
+                            : static_cast<double>(worker.memory_bytes));
+  }
+  num_zones_ = static_cast<int>(zone_names.size());
+  seconds_per_byte_.resize(num_zones_ * num_zones_);
+  for (int a = 0; a < num_zones_; ++a) {
+    for (int b = 0; b < num_zones_; ++b) {
+      seconds_per_byte_[a * num_zones_ + b] =
+          2.0 / request.topology.Bandwidth(*zone_names[a], *zone_names[b]);
+    }
+  }
+}
+
+double StageCostModel::MemoryBytes(int begin, int end,
+                                   int stages_remaining) const {
+  const double params =
+      (parameter_prefix_[end] - parameter_prefix_[begin]) * state_factor_;
+  const double held = activation_prefix_[end] - activation_prefix_[begin];
+  const double input = begin > 0 ? activation_bytes_[begin - 1] : 0.0;
+  const double m = micro_batches_;
+  switch (memory_model_) {
+    case MemoryModel::kGPipe:
+      return params + m * (held + input);
+    case MemoryModel::kOneFOneB:
+      return params +
+             std::min<double>(m, stages_remaining) * (held + input);
+    case MemoryModel::kRematerialized:
+      return params + m * input + held;
+  }
+  return kInfinity;  // unreachable: the request was validated
+}
+
+}  // namespace planner_internal
+}  // namespace pipetrain
