@@ -89,7 +89,7 @@ absl::Status ValidateTopology(const Topology& topology) {
     }
     // Pairs are unordered, so (a, b) and (b, a) must agree.
     auto mirror = topology.bandwidth.find({zones.second, zones.first});
-    if (mirror->second != bandwidth) {
+    if (mirror != topology.bandwidth.end() && mirror->second != bandwidth) {
       return absl::InvalidArgumentError(
           absl::StrCat("bandwidth between ", zones.first, " and ",
                        zones.second, " is given twice, differently"));

@@ -52,6 +52,11 @@ class StageCostModel {
     return seconds_per_byte_[from * num_zones_ + to];
   }
 
+  // Forward + backward of layers [begin, end) at speed 1.
+  double ReferenceSeconds(int begin, int end) const {
+    return compute_prefix_[end] - compute_prefix_[begin];
+  }
+
   // Forward + backward of layers [begin, end) on `worker`, per micro-batch.
   double ComputeSeconds(int begin, int end, int worker) const {
     return (compute_prefix_[end] - compute_prefix_[begin]) / speed_[worker];

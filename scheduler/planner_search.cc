@@ -27,13 +27,16 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
+#include <functional>
 #include <numeric>
 #include <utility>
 
 namespace pipetrain {
 namespace planner_internal {
 namespace {
-
+long long g_iters = 0, g_states = 0;
+struct Reporter { ~Reporter() { fprintf(stderr, "iters %lld states %lld\n", g_iters, g_states); } } g_rep;
 struct Choice {
   int32_t end = -1;   // first layer after the stage
   int32_t next = -1;  // who holds the next stage (order position or worker)
@@ -60,7 +63,9 @@ StageResult BestFirstStage(const StageCostModel& model, int begin, int worker,
   const int from = model.zone(worker);
   const double capacity = model.MemoryCapacity(worker);
   StageResult best;
+  ++g_states;
   for (int end = begin + 1; end <= last_end; ++end) {
+    ++g_iters;
     const double compute = model.ComputeSeconds(begin, end, worker);
     if (compute >= best.value || compute > bound) break;
     if (model.MemoryBytes(begin, end, stages) > capacity) break;
@@ -123,6 +128,7 @@ class OrderedDp {
 
   void Run(const SearchShape& shape) {
     shape_ = &shape;
+    ComputeFastestSums();
     best_.assign(shape.max_stages + 1, {kInfinity, -1});
     choices_.assign(static_cast<size_t>(std::max(shape.max_stages - 1, 0)) *
                         workers_ * layers_,
@@ -169,6 +175,32 @@ class OrderedDp {
     return (static_cast<size_t>(r - 2) * workers_ + p) * layers_ + e;
   }
 
+  // fastest_sum_[p * (K + 1) + r]: the r largest speeds at positions >= p.
+  void ComputeFastestSums() {
+    const int k = shape_->max_stages;
+    fastest_sum_.assign(static_cast<size_t>(workers_) * (k + 1), 0.0);
+    std::vector<double> speeds;
+    for (int p = workers_ - 1; p >= 0; --p) {
+      speeds.insert(std::upper_bound(speeds.begin(), speeds.end(),
+                                     model_.speed(order_[p]), std::greater<>()),
+                    model_.speed(order_[p]));
+      for (int r = 1; r <= k && r <= static_cast<int>(speeds.size()); ++r) {
+        fastest_sum_[p * (k + 1) + r] =
+            fastest_sum_[p * (k + 1) + r - 1] + speeds[r - 1];
+      }
+    }
+  }
+
+  // Whether even a perfectly balanced split of [e, L) over the r fastest
+  // workers from position p on would exceed the bound (any stage's compute
+  // is at least the suffix's work over the sum of speeds). The margin keeps
+  // rounding from discarding a state that sits exactly on the bound.
+  bool CannotMeetBound(int r, int p, int e) const {
+    const double speeds = fastest_sum_[p * (shape_->max_stages + 1) + r];
+    return model_.ReferenceSeconds(e, layers_) / speeds >
+           shape_->bound[r] * (1.0 + 1e-9);
+  }
+
   void SolveLastLevel(std::vector<double>& level) const {
     level.assign(static_cast<size_t>(workers_) * (layers_ + 1), kInfinity);
     const int last_begin = shape_->LastBegin(layers_, 1);
@@ -192,6 +224,7 @@ class OrderedDp {
     for (int p = workers_ - 1; p >= 0; --p) {
       const int worker = order_[p];
       for (int e = 0; p + r <= workers_ && e <= last_begin; ++e) {
+        if (CannotMeetBound(r, p, e)) continue;
         const StageResult best =
             BestFirstStage(model_, e, worker, r, next, shape_->bound[r]);
         level[Slot(p, e)] = best.value;
@@ -218,6 +251,7 @@ class OrderedDp {
   const SearchShape* shape_ = nullptr;
   std::vector<Choice> choices_;  // [(r - 2) * W + p) * L + e]
   std::vector<std::pair<double, int>> best_;  // per k: value, first position
+  std::vector<double> fastest_sum_;           // see ComputeFastestSums
   std::vector<double> next_value_;            // SuffixView storage
   std::vector<int32_t> next_who_;
 };
@@ -375,8 +409,9 @@ std::vector<std::vector<int>> CandidateOrders(const StageCostModel& model) {
     const int za = rank[model.zone(a)], zb = rank[model.zone(b)];
     return za != zb ? za < zb : faster(a, b);
   });
-  std::vector<std::vector<int>> orders = {given};
-  for (auto* order : {&by_zone, &by_speed}) {
+  // Zone grouping usually wins; trying it first tightens the later bounds.
+  std::vector<std::vector<int>> orders = {by_zone};
+  for (auto* order : {&given, &by_speed}) {
     if (std::find(orders.begin(), orders.end(), *order) == orders.end()) {
       orders.push_back(std::move(*order));
     }

@@ -68,7 +68,8 @@ absl::Status StageServiceImpl::DoConfigure(const v1::StageConfig& config,
   return absl::OkStatus();
 }
 
-absl::Status StageServiceImpl::DoTrain(const v1::TrainRequest& request) {
+absl::Status StageServiceImpl::DoTrain(const v1::TrainRequest& request,
+                                       v1::TrainResponse* response) {
   ASSIGN_OR_RETURN(std::shared_ptr<StageExecutor> executor,
                    Executor(request.job_id()));
   if (!executor->is_last()) {
@@ -80,7 +81,9 @@ absl::Status StageServiceImpl::DoTrain(const v1::TrainRequest& request) {
       executor->SetDownstream(downstream_);
     }
   }
-  return executor->Train(request.until_step());
+  ASSIGN_OR_RETURN(int64_t until, executor->Train(request.until_step()));
+  response->set_until_step(until);
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* StageServiceImpl::Configure(
@@ -95,10 +98,10 @@ grpc::ServerUnaryReactor* StageServiceImpl::Configure(
 
 grpc::ServerUnaryReactor* StageServiceImpl::Train(
     grpc::CallbackServerContext* context, const v1::TrainRequest* request,
-    v1::TrainResponse*) {
+    v1::TrainResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  control_.Post([this, reactor, request] {
-    reactor->Finish(ToGrpcStatus(DoTrain(*request)));
+  control_.Post([this, reactor, request, response] {
+    reactor->Finish(ToGrpcStatus(DoTrain(*request, response)));
   });
   return reactor;
 }

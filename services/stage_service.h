@@ -85,7 +85,8 @@ class StageServiceImpl final : public StageServiceBase {
  private:
   absl::Status DoConfigure(const v1::StageConfig& config,
                            v1::ConfigureResponse* response);
-  absl::Status DoTrain(const v1::TrainRequest& request);
+  absl::Status DoTrain(const v1::TrainRequest& request,
+                       v1::TrainResponse* response);
   // Stops the current stage, if any, and forgets it.
   void DropCurrent();
 

@@ -260,11 +260,8 @@ absl::Status StageExecutor::ValidateIncoming(const StageMessage& msg) const {
   return absl::InvalidArgumentError("unknown message kind");
 }
 
-absl::Status StageExecutor::Train(int64_t until_step) {
+absl::StatusOr<int64_t> StageExecutor::Train(int64_t until_step) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (state_ == v1::STAGE_STATE_RUNNING) {
-    return absl::FailedPreconditionError("the stage is already training");
-  }
   if (state_ == v1::STAGE_STATE_FAILED) {
     return absl::FailedPreconditionError(
         absl::StrCat("the stage failed: ", error_.ToString(),
@@ -273,16 +270,23 @@ absl::Status StageExecutor::Train(int64_t until_step) {
   if (!is_last() && downstream_ == nullptr) {
     return absl::FailedPreconditionError("no link to the downstream stage");
   }
+  if (state_ == v1::STAGE_STATE_RUNNING) {
+    // The loop reads the target before each step; the step in progress
+    // always finishes.
+    const int64_t target = std::max(until_step, next_step_.load() + 1);
+    until_step_ = target;
+    return target;
+  }
   if (thread_.joinable()) thread_.join();
   if (until_step <= next_step_.load()) {
     state_ = v1::STAGE_STATE_DONE;
-    return absl::OkStatus();
+    return next_step_.load();
   }
   until_step_ = until_step;
   stop_ = false;
   state_ = v1::STAGE_STATE_RUNNING;
-  thread_ = std::thread([this, until_step] { Loop(until_step); });
-  return absl::OkStatus();
+  thread_ = std::thread([this] { Loop(); });
+  return until_step;
 }
 
 void StageExecutor::Stop() {
@@ -307,24 +311,32 @@ absl::Status StageExecutor::Wait() {
   return error_;
 }
 
-void StageExecutor::Loop(int64_t until_step) {
+void StageExecutor::Loop() {
   absl::Status status;
-  while (status.ok() && next_step_.load() < until_step) {
+  while (true) {
+    {
+      // Deciding to end and publishing the end under one lock: a Train that
+      // sees RUNNING has moved a target this loop will still read.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!status.ok() || next_step_.load() >= until_step_.load()) {
+        state_ = status.ok() ? v1::STAGE_STATE_DONE : v1::STAGE_STATE_FAILED;
+        error_ = status;
+        break;
+      }
+    }
     if (stop_.load()) {
       status = absl::CancelledError("the stage was stopped");
-      break;
+      continue;
     }
     status = RunStep(next_step_.load());
-    if (status.ok()) ++next_step_;
+    if (status.ok()) {
+      ++next_step_;
+    } else {
+      PT_LOG(WARNING) << "stage " << config_.stage() << " of job "
+                      << config_.job_id() << " failed at step "
+                      << next_step_.load() << ": " << status;
+    }
   }
-  if (!status.ok()) {
-    PT_LOG(WARNING) << "stage " << config_.stage() << " of job "
-                    << config_.job_id() << " failed at step "
-                    << next_step_.load() << ": " << status;
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  state_ = status.ok() ? v1::STAGE_STATE_DONE : v1::STAGE_STATE_FAILED;
-  error_ = status;
 }
 
 absl::Status StageExecutor::RunStep(int64_t step) {

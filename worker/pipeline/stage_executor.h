@@ -75,9 +75,10 @@ class StageExecutor {
   absl::Status ValidateIncoming(const StageMessage& message) const;
 
   // Trains steps next_step() .. until_step - 1 on the training thread and
-  // returns at once. FailedPrecondition while a run is in progress or after
-  // a failure.
-  absl::Status Train(int64_t until_step);
+  // returns at once with the target in force. While a run is in progress it
+  // moves the target (never below the step in progress + 1). Fails with
+  // FailedPrecondition after a failure.
+  absl::StatusOr<int64_t> Train(int64_t until_step);
   // Stops training (the step in progress fails with Cancelled) and waits.
   void Stop();
   // Waits until the current run ends; returns its final status.
@@ -99,7 +100,7 @@ class StageExecutor {
                 StageMetrics* metrics);
   // Adds `seconds` to a phase's compute counter.
   void CountCompute(StageMetrics::Phase phase, double seconds) const;
-  void Loop(int64_t until_step);
+  void Loop();
   absl::Status RunStep(int64_t step);
   absl::Status Execute(const Instruction& instruction, StepState* state);
   absl::Status LoadInput(int mb, StepState* state);

@@ -2,7 +2,9 @@
 // like the in-process reference trainer.
 #include "worker/pipeline/stage_executor.h"
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "worker/compute/cpu/cpu_backend.h"
@@ -230,6 +232,35 @@ TEST(StageExecutor, AMissingNeighbourFailsTheStepInBoundedTime) {
   ASSERT_TRUE((*again)->Train(1).ok());
   (*again)->mailbox()->Fail(absl::UnavailableError("upstream went away"));
   EXPECT_EQ((*again)->Wait().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace pipetrain
+
+namespace pipetrain {
+namespace {
+
+// Pausing: lower stage 0's target first, then give the others the target
+// it reports; every stage stops at the same step and resumes from it.
+TEST(StageExecutor, TargetsMoveWhileTrainingToPauseAndResume) {
+  v1::TrainingSpec spec = Spec(4, false);
+  spec.set_steps(100000);
+  Pipeline p = Build(spec, {3});
+  for (auto& stage : p.stages) ASSERT_TRUE(stage->Train(spec.steps()).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto target = p.stages[0]->Train(0);
+  ASSERT_TRUE(target.ok());
+  EXPECT_GT(*target, 0);
+  EXPECT_TRUE(p.stages[1]->Train(*target).ok());
+  for (auto& stage : p.stages) ASSERT_TRUE(stage->Wait().ok());
+  for (auto& stage : p.stages) {
+    EXPECT_EQ(stage->next_step(), *target);
+    EXPECT_EQ(stage->GetStatus(0).state(), v1::STAGE_STATE_DONE);
+  }
+  for (auto& stage : p.stages) ASSERT_TRUE(stage->Train(*target + 3).ok());
+  for (auto& stage : p.stages) ASSERT_TRUE(stage->Wait().ok());
+  EXPECT_EQ(p.stages[1]->next_step(), *target + 3);
+  EXPECT_EQ(p.stages[1]->GetStatus(0).results_size(), *target + 3);
 }
 
 }  // namespace

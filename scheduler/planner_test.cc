@@ -1,0 +1,3 @@
+#include "scheduler/planner.h"
+#include "gtest/gtest.h"
+TEST(Placeholder, Builds) {}
