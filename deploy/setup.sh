@@ -15,7 +15,7 @@ PACKAGES=(
   libopenblas-dev
   libgtest-dev libgmock-dev
   zlib1g-dev
-  libcivetweb-dev prometheus
+  libcivetweb-dev prometheus libsqlite3-dev
   dataset-fashion-mnist
   fortunes-min
 )

@@ -1,7 +1,43 @@
 // PartitionPlanner's public entry points: request validation, the
-// evaluation of a placement under the cost model (planner_cost_model.h
-// documents the model), the explanation, and the messages for plans that
-// cannot exist. The search itself lives in planner_search.cc.
+// evaluation of a placement under the cost model, the explanation, and the
+// messages for plans that cannot exist. The model is computed by
+// planner_cost_model.h; the search lives in planner_search.cc (driver) and
+// planner_dp.cc (dynamic programs).
+//
+// Cost model, per micro-batch:
+//  * Compute: worker w runs layer l in (forward_l + backward_l) / speed_w; a
+//    stage's compute is the sum over its layers, taken from prefix sums
+//    (O(1) per stage; rounding relative to the whole model's work, ~1e-16).
+//  * Transfer: a stage that is not the last sends its last layer's
+//    activation_bytes down and receives the same bytes of gradient back, over
+//    Bandwidth(zone of its worker, zone of the next stage's worker):
+//    transfer = 2 * bytes / bandwidth.
+//  * Stage time = compute + transfer; the bottleneck is the largest.
+//  * Memory = parameter bytes * (2 + optimizer_state_factor) for weights,
+//    gradients and optimizer state, plus activations. With "held" the sum of
+//    the stage's layers' activation_bytes and "input" the bytes entering the
+//    stage (activation_bytes of layer begin - 1; 0 for the first stage, whose
+//    input is the data batch, not a profiled activation):
+//      GPipe:          M * (held + input)
+//      1F1B:           min(M, K - s) * (held + input)
+//      Rematerialized: M * input + held  (inputs stashed, one mb recomputed)
+//    K - s is "stages from s to the end", which a suffix search knows.
+//
+// Predicted step (flush schedules): (M + K - 1) * bottleneck; bubble
+// (K - 1) / (M + K - 1). A worker reporting memory_bytes == 0 is unlimited.
+//
+// Search: suffix dynamic programming over (first layer e, stages left r,
+// worker of the first stage), minimizing the bottleneck; stages are
+// contiguous layer ranges on distinct workers. Up to 7 workers the workers
+// still free are part of the state, which is exact over every ordered choice
+// of workers (equivalent to trying all permutations, without repeating
+// shared suffixes); beyond, the workers must follow one of three orders
+// (grouped by zone along the fastest zone chain with the fastest worker first
+// in each zone; as given; fastest first), skipping allowed. One pass yields
+// the best bottleneck for every K; num_stages == 0 picks the K minimizing the
+// predicted step, ties to fewer stages. Bounds from the best plan so far
+// (first from speed-proportional splits) prune the search without changing
+// its answer. Complexity in planner_dp.h.
 #include "scheduler/planner.h"
 
 #include <algorithm>
@@ -43,8 +79,8 @@ absl::Status ValidateLayers(const std::vector<LayerCost>& layers) {
     const LayerCost& layer = layers[l];
     if (!IsNonNegativeFinite(layer.forward_seconds) ||
         !IsNonNegativeFinite(layer.backward_seconds)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "layer ", l, ": times must be finite and non-negative"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", l, ": times must be finite and non-negative"));
     }
     if (layer.activation_bytes < 0 || layer.parameter_bytes < 0) {
       return absl::InvalidArgumentError(
@@ -60,9 +96,9 @@ absl::Status ValidateWorkers(const std::vector<PlannerWorker>& workers) {
   for (size_t w = 0; w < workers.size(); ++w) {
     const PlannerWorker& worker = workers[w];
     if (!IsPositiveFinite(worker.speed)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "worker ", worker.id, ": speed must be positive, got ",
-          worker.speed));
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker ", worker.id, ": speed must be positive, got ",
+                       worker.speed));
     }
     if (worker.memory_bytes < 0) {
       return absl::InvalidArgumentError(
@@ -84,15 +120,15 @@ absl::Status ValidateTopology(const Topology& topology) {
   for (const auto& [zones, bandwidth] : topology.bandwidth) {
     if (!IsPositiveFinite(bandwidth)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("bandwidth between ", zones.first, " and ",
-                       zones.second, " must be positive"));
+          absl::StrCat("bandwidth between ", zones.first, " and ", zones.second,
+                       " must be positive"));
     }
     // Pairs are unordered, so (a, b) and (b, a) must agree.
     auto mirror = topology.bandwidth.find({zones.second, zones.first});
     if (mirror != topology.bandwidth.end() && mirror->second != bandwidth) {
       return absl::InvalidArgumentError(
-          absl::StrCat("bandwidth between ", zones.first, " and ",
-                       zones.second, " is given twice, differently"));
+          absl::StrCat("bandwidth between ", zones.first, " and ", zones.second,
+                       " is given twice, differently"));
     }
   }
   return absl::OkStatus();
@@ -132,10 +168,10 @@ absl::Status ValidatePlacement(const PlanRequest& request,
     const StageAssignment& stage = stages[s];
     if (stage.layer_begin != expected_begin ||
         stage.layer_end <= stage.layer_begin || stage.layer_end > layers) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stage ", s, ": layers [", stage.layer_begin, ", ", stage.layer_end,
-          ") do not continue at layer ", expected_begin, " within ", layers,
-          " layers"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", s, ": layers [", stage.layer_begin, ", ",
+                       stage.layer_end, ") do not continue at layer ",
+                       expected_begin, " within ", layers, " layers"));
     }
     if (stage.worker < 0 || stage.worker >= workers) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -178,7 +214,8 @@ std::string Explain(const PlanRequest& request, const PipelinePlan& plan) {
         MemoryText(static_cast<double>(stage.memory_bytes)), capacity);
   }
   absl::StrAppendFormat(
-      &text, "bottleneck: stage %d (%.3f ms); predicted step %.3f ms; "
+      &text,
+      "bottleneck: stage %d (%.3f ms); predicted step %.3f ms; "
       "bubble %.1f%%",
       plan.bottleneck_stage, plan.bottleneck_seconds * 1e3,
       plan.predicted_step_seconds * 1e3, plan.predicted_bubble * 100.0);
@@ -200,10 +237,10 @@ PipelinePlan Evaluate(const PlanRequest& request, const StageCostModel& model,
     stage.compute_seconds =
         model.ComputeSeconds(stage.layer_begin, stage.layer_end, stage.worker);
     stage.transfer_seconds =
-        s + 1 < k ? model.TransferSeconds(stage.layer_end,
-                                          model.zone(stage.worker),
-                                          model.zone(stages[s + 1].worker))
-                  : 0.0;
+        s + 1 < k
+            ? model.TransferSeconds(stage.layer_end, model.zone(stage.worker),
+                                    model.zone(stages[s + 1].worker))
+            : 0.0;
     const double memory =
         model.MemoryBytes(stage.layer_begin, stage.layer_end, k - s);
     stage.memory_bytes = CeilBytes(memory);
@@ -222,14 +259,12 @@ PipelinePlan Evaluate(const PlanRequest& request, const StageCostModel& model,
   return plan;
 }
 
-// Why no placement fits, for a request whose stage count is possible.
-absl::Status NoFitError(const PlanRequest& request,
-                        const StageCostModel& model) {
+// A layer alone as the last stage is the least any placement asks of it.
+absl::Status CheckEachLayerFits(const StageCostModel& model) {
   double largest = 0.0;
   for (int w = 0; w < model.num_workers(); ++w) {
     largest = std::max(largest, model.MemoryCapacity(w));
   }
-  // A layer alone as the last stage is the least any placement asks of it.
   for (int l = 0; l < model.num_layers(); ++l) {
     const double need = model.MemoryBytes(l, l + 1, 1);
     if (need > largest) {
@@ -238,13 +273,42 @@ absl::Status NoFitError(const PlanRequest& request,
           l, need / kGiB, largest / kGiB));
     }
   }
-  const std::string stages =
-      request.num_stages > 0 ? absl::StrCat(request.num_stages, " stages")
-                             : std::string("any number of stages");
+  return absl::OkStatus();
+}
+
+// Weights, gradients and optimizer state must live somewhere, whatever the
+// cut.
+absl::Status CheckStateFitsInTotal(const PlanRequest& request,
+                                   const StageCostModel& model) {
+  double total = 0.0;
+  for (int w = 0; w < model.num_workers(); ++w) {
+    total += model.MemoryCapacity(w);
+  }
+  double state = 0.0;
+  for (const LayerCost& layer : request.layers) {
+    state += layer.parameter_bytes * (2.0 + request.optimizer_state_factor);
+  }
+  if (state <= total) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "no placement fits in memory: weights, gradients and optimizer state "
+      "need %.1f GiB but all %d workers together have %.1f GiB",
+      state / kGiB, model.num_workers(), total / kGiB));
+}
+
+// Why the search found nothing, most specific reason first.
+absl::Status NoFitError(const PlanRequest& request,
+                        const StageCostModel& model) {
+  RETURN_IF_ERROR(CheckEachLayerFits(model));
+  RETURN_IF_ERROR(CheckStateFitsInTotal(request, model));
+  const std::string stages = request.num_stages > 0
+                                 ? absl::StrCat(request.num_stages, " stages")
+                                 : std::string("any number of stages");
+  const bool exact =
+      model.num_workers() <= planner_internal::kExactSearchMaxWorkers;
   return absl::FailedPreconditionError(absl::StrCat(
-      "no placement fits in memory: every cut of the ", model.num_layers(),
-      " layers into ", stages, " on the ", model.num_workers(),
-      " workers exceeds some worker's memory"));
+      "no placement fits in memory: ", exact ? "every" : "every searched",
+      " cut of the ", model.num_layers(), " layers into ", stages, " on the ",
+      model.num_workers(), " workers leaves a stage over its worker's memory"));
 }
 
 absl::Status CheckStageCount(const PlanRequest& request) {
@@ -252,14 +316,14 @@ absl::Status CheckStageCount(const PlanRequest& request) {
   const int workers = static_cast<int>(request.workers.size());
   const int layers = static_cast<int>(request.layers.size());
   if (k > workers) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "num_stages ", k, " needs ", k, " workers, only ", workers,
-        " available"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("num_stages ", k, " needs ", k, " workers, only ", workers,
+                     " available"));
   }
   if (k > layers) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "num_stages ", k, " needs ", k, " layers, the model has only ",
-        layers));
+    return absl::FailedPreconditionError(
+        absl::StrCat("num_stages ", k, " needs ", k,
+                     " layers, the model has only ", layers));
   }
   const int max_stages = k > 0 ? k : std::min(layers, workers);
   if (planner_internal::SearchTableEntries(layers, workers, max_stages) >

@@ -67,7 +67,7 @@ struct PlanRequest {
 struct StageAssignment {
   int layer_begin = 0;  // [begin, end)
   int layer_end = 0;
-  int worker = 0;  // index into PlanRequest::workers
+  int worker = 0;                 // index into PlanRequest::workers
   double compute_seconds = 0.0;   // forward + backward per micro-batch
   double transfer_seconds = 0.0;  // activation down + gradient up, per mb
   int64_t memory_bytes = 0;

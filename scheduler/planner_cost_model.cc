@@ -46,24 +46,5 @@ StageCostModel::StageCostModel(const PlanRequest& request)
   }
 }
 
-double StageCostModel::MemoryBytes(int begin, int end,
-                                   int stages_remaining) const {
-  const double params =
-      (parameter_prefix_[end] - parameter_prefix_[begin]) * state_factor_;
-  const double held = activation_prefix_[end] - activation_prefix_[begin];
-  const double input = begin > 0 ? activation_bytes_[begin - 1] : 0.0;
-  const double m = micro_batches_;
-  switch (memory_model_) {
-    case MemoryModel::kGPipe:
-      return params + m * (held + input);
-    case MemoryModel::kOneFOneB:
-      return params +
-             std::min<double>(m, stages_remaining) * (held + input);
-    case MemoryModel::kRematerialized:
-      return params + m * input + held;
-  }
-  return kInfinity;  // unreachable: the request was validated
-}
-
 }  // namespace planner_internal
 }  // namespace pipetrain

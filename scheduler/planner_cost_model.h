@@ -4,23 +4,7 @@
 //
 // Internal to the planner; callers use scheduler/planner.h.
 //
-// Cost model, per micro-batch:
-//  * Compute: worker w runs layer l in (forward_l + backward_l) / speed_w; a
-//    stage's compute is the sum over its layers (taken from prefix sums).
-//  * Transfer: a stage that is not the last sends its last layer's
-//    activation_bytes down and receives the same bytes of gradient back, over
-//    Bandwidth(zone of its worker, zone of the next stage's worker):
-//    transfer = 2 * bytes / bandwidth.
-//  * Stage time = compute + transfer; the bottleneck is the largest.
-//  * Memory = parameter bytes * (2 + optimizer_state_factor) for weights,
-//    gradients and optimizer state, plus activations. With "held" the sum of
-//    the stage's layers' activation_bytes and "input" the bytes entering the
-//    stage (activation_bytes of layer begin - 1; 0 for the first stage, whose
-//    input is the data batch, not a profiled activation):
-//      GPipe:          M * (held + input)
-//      1F1B:           min(M, K - s) * (held + input)
-//      Rematerialized: M * input + held  (inputs stashed, one mb recomputed)
-//    K - s is "stages from s to the end", which a suffix search knows.
+// The model itself is described at the top of planner.cc.
 #ifndef PIPETRAIN_SCHEDULER_PLANNER_COST_MODEL_H_
 #define PIPETRAIN_SCHEDULER_PLANNER_COST_MODEL_H_
 
@@ -71,7 +55,47 @@ class StageCostModel {
 
   // Bytes a stage of layers [begin, end) needs when `stages_remaining`
   // stages (itself included) follow from it to the end of the pipeline.
-  double MemoryBytes(int begin, int end, int stages_remaining) const;
+  // Inline: the search calls it once per candidate stage.
+  double MemoryBytes(int begin, int end, int stages_remaining) const {
+    const double params =
+        (parameter_prefix_[end] - parameter_prefix_[begin]) * state_factor_;
+    const double held = activation_prefix_[end] - activation_prefix_[begin];
+    const double input = begin > 0 ? activation_bytes_[begin - 1] : 0.0;
+    const double m = micro_batches_;
+    switch (memory_model_) {
+      case MemoryModel::kGPipe:
+        return params + m * (held + input);
+      case MemoryModel::kOneFOneB:
+        return params + std::min<double>(m, stages_remaining) * (held + input);
+      case MemoryModel::kRematerialized:
+        return params + m * input + held;
+    }
+    return kInfinity;  // unreachable: the request was validated
+  }
+
+  // Transfer of stage s of a well-formed placement (0 for the last).
+  double StageTransferSeconds(const std::vector<StageAssignment>& stages,
+                              size_t s) const {
+    if (s + 1 == stages.size()) return 0.0;
+    return TransferSeconds(stages[s].layer_end, zone(stages[s].worker),
+                           zone(stages[s + 1].worker));
+  }
+
+  // Compute + transfer of stage s of a well-formed placement: the same sum
+  // EvaluatePlacement and the search form.
+  double StageSeconds(const std::vector<StageAssignment>& stages,
+                      size_t s) const {
+    const StageAssignment& stage = stages[s];
+    return ComputeSeconds(stage.layer_begin, stage.layer_end, stage.worker) +
+           StageTransferSeconds(stages, s);
+  }
+
+  // Memory of stage s of a well-formed placement.
+  double StageMemoryBytes(const std::vector<StageAssignment>& stages,
+                          size_t s) const {
+    return MemoryBytes(stages[s].layer_begin, stages[s].layer_end,
+                       static_cast<int>(stages.size() - s));
+  }
 
   // The worker's memory in bytes; +infinity when it reported none (0).
   double MemoryCapacity(int worker) const { return capacity_[worker]; }

@@ -1,7 +1,7 @@
-// The placement search behind PlanPipeline: dynamic programming over layer
-// suffixes, stage counts and workers (PipeDream-style), exact over every
-// ordered choice of distinct workers for small clusters and over a few worker
-// orders for large ones. Internal to the planner.
+// The placement search behind PlanPipeline: the dynamic programs of
+// planner_dp.h, exact over every ordered choice of distinct workers for small
+// clusters, the best over a few heuristic worker orders for large ones.
+// Internal to the planner; pure functions, safe from any thread.
 #ifndef PIPETRAIN_SCHEDULER_PLANNER_SEARCH_H_
 #define PIPETRAIN_SCHEDULER_PLANNER_SEARCH_H_
 

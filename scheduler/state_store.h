@@ -6,7 +6,14 @@
 // the key columns they are looked up by, so the schema does not change when
 // a message gains a field.
 //
-// Thread-safe: one connection, guarded by a mutex.
+// Durable on return: WAL journal with synchronous=FULL, so a call that
+// returned OK survives a SIGKILL (and an OS crash) of the scheduler.
+// Errors: kUnavailable for I/O, busy or cannot-open (retry), kDataLoss for
+// a corrupt file or a record that does not parse, kInternal otherwise;
+// messages name the operation and the database path.
+//
+// Thread-safe: one connection, guarded by a mutex; every call holds it for
+// its whole duration (calls are serialized, including reads).
 #ifndef PIPETRAIN_SCHEDULER_STATE_STORE_H_
 #define PIPETRAIN_SCHEDULER_STATE_STORE_H_
 
@@ -22,24 +29,27 @@ namespace pipetrain {
 
 class StateStore {
  public:
-  // Opens (creating when missing) `data_dir`/scheduler.db. Unavailable when
-  // the directory cannot be created or the file is not a database (the
-  // message names the path).
+  // Opens (creating when missing, with parents) `data_dir`/scheduler.db.
+  // Unavailable when the directory cannot be created or the file cannot be
+  // opened; DataLoss when the file is not a database; FailedPrecondition
+  // for a schema version this binary does not know (messages name the path).
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(
       const std::string& data_dir);
   ~StateStore();
 
-  // Inserts or replaces by id.
+  // Inserts or replaces by id (InvalidArgument when the id is empty).
   absl::Status PutJob(const v1::Job& job);
-  absl::StatusOr<std::vector<v1::Job>> LoadJobs() const;  // by creation
+  // By created_unix_ms, ties in the order first stored.
+  absl::StatusOr<std::vector<v1::Job>> LoadJobs() const;
   absl::Status PutWorker(const v1::WorkerInfo& worker);
-  absl::StatusOr<std::vector<v1::WorkerInfo>> LoadWorkers() const;
+  absl::StatusOr<std::vector<v1::WorkerInfo>> LoadWorkers() const;  // by id
   absl::Status PutPlan(const v1::Plan& plan);  // one per job
   absl::StatusOr<std::optional<v1::Plan>> LoadPlan(
       const std::string& job_id) const;
 
   // Appends ledger entries (stage, step, version) of a job; an entry for an
   // existing (job, stage, step) replaces it.
+  // All or none: one transaction.
   absl::Status AppendVersions(const std::string& job_id,
                               const std::vector<v1::VersionEntry>& entries);
   // Entries with step >= since_step, ordered by step then stage.

@@ -33,6 +33,31 @@ void StageServiceImpl::DropCurrent() {
   if (metrics_ != nullptr) metrics_->stage_index()->Set(-1);
 }
 
+std::optional<v1::StageReport> StageServiceImpl::Report(
+    int64_t results_since) const {
+  std::shared_ptr<StageExecutor> executor;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    executor = executor_;
+  }
+  if (executor == nullptr) return std::nullopt;
+  v1::GetStatusResponse status = executor->GetStatus(results_since);
+  v1::StageReport report;
+  report.set_job_id(executor->config().job_id());
+  report.set_stage(executor->config().stage());
+  report.set_state(status.state());
+  report.set_next_step(status.next_step());
+  report.set_weight_version(status.weight_version());
+  *report.mutable_results() = std::move(*status.mutable_results());
+  report.set_error(status.error());
+  report.set_error_code(status.error_code());
+  report.set_forward_seconds(status.forward_seconds());
+  report.set_backward_seconds(status.backward_seconds());
+  report.set_idle_fraction(status.idle_fraction());
+  report.set_peak_activation_bytes(status.peak_activation_bytes());
+  return report;
+}
+
 absl::StatusOr<std::shared_ptr<StageExecutor>> StageServiceImpl::Executor(
     const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -57,6 +82,7 @@ absl::Status StageServiceImpl::DoConfigure(const v1::StageConfig& config,
   response->set_num_parameters(executor->num_parameters());
   for (int64_t d : executor->input_shape()) response->add_input_shape(d);
   for (int64_t d : executor->output_shape()) response->add_output_shape(d);
+  response->set_steps_per_epoch(executor->steps_per_epoch());
   PT_LOG(INFO) << "configured stage " << config.stage() << "/"
                << config.num_stages() << " of job " << config.job_id()
                << ": layers [" << config.layer_begin() << ", "

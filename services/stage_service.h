@@ -15,9 +15,11 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "pipetrain/v1/scheduler.pb.h"
 #include "pipetrain/v1/stage.grpc.pb.h"
 #include "services/control_queue.h"
 #include "worker/pipeline/stage_metrics.h"
@@ -75,6 +77,10 @@ class StageServiceImpl final : public StageServiceBase {
                                     v1::ProfileResponse* response) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Exchange(
       grpc::CallbackServerContext* context) override;
+
+  // The current stage's state and the step results from `results_since` on,
+  // for the heartbeat to the scheduler; nullopt without a stage.
+  std::optional<v1::StageReport> Report(int64_t results_since) const;
 
   // The executor of `job_id`, or NotFound / FailedPrecondition.
   absl::StatusOr<std::shared_ptr<StageExecutor>> Executor(

@@ -3,6 +3,8 @@
 // stage it is configured with.
 //
 //   pipetrain-worker --listen 0.0.0.0:7100 --metrics_port 9100 --device auto
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -10,6 +12,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/status_macros.h"
@@ -19,6 +23,8 @@
 #include "services/http/http_server.h"
 #include "services/process_util.h"
 #include "services/stage_service.h"
+#include "services/worker_agent.h"
+#include "worker/pipeline/profiler.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7100",
           "gRPC address to serve on (port 0 picks a free port)");
@@ -31,9 +37,46 @@ ABSL_FLAG(std::string, port_file, "",
           "Write the bound ports here (grpc=N, metrics=N) once serving");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20,
           "Payload bytes per frame on the stage-to-stage stream");
+ABSL_FLAG(std::string, scheduler, "",
+          "Scheduler address (host:port) to register with; empty: none");
+ABSL_FLAG(std::string, advertise, "",
+          "Address other workers and the scheduler dial (default: the "
+          "listen host, or 127.0.0.1 when listening on every interface)");
+ABSL_FLAG(std::string, worker_id, "", "Worker id (default: assigned)");
+ABSL_FLAG(std::vector<std::string>, labels, {},
+          "Labels as key=value, e.g. zone=edge");
+ABSL_FLAG(int64_t, memory_bytes, 0,
+          "Memory the planner may use on this worker (0: physical memory "
+          "for the CPU, unknown for CUDA)");
 
 namespace pipetrain {
 namespace {
+
+// What registration tells the scheduler about this worker.
+// (The addresses are filled in once the ports are bound.)
+absl::StatusOr<v1::WorkerInfo> DescribeWorker(Backend* backend) {
+  v1::WorkerInfo info;
+  info.set_id(absl::GetFlag(FLAGS_worker_id));
+  info.set_device_kind(DeviceName(backend->device()));
+  info.set_device(backend->Describe());
+  int64_t memory = absl::GetFlag(FLAGS_memory_bytes);
+  if (memory == 0 && backend->device() == Device::kCpu) {
+    memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
+             sysconf(_SC_PAGE_SIZE);
+  }
+  info.set_memory_bytes(memory);
+  ASSIGN_OR_RETURN(double gflops, MeasureGemmGflops(backend));
+  info.set_gemm_gflops(gflops);
+  for (const std::string& label : absl::GetFlag(FLAGS_labels)) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(label, '=');
+    if (kv.first.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--labels: '", label, "' is not key=value"));
+    }
+    (*info.mutable_labels())[kv.first] = kv.second;
+  }
+  return info;
+}
 
 absl::Status Run() {
   MetricsRegistry registry;
@@ -60,6 +103,7 @@ absl::Status Run() {
                    CreateBackend(backend_options));
   const std::string device = backend->Describe();
 
+  ASSIGN_OR_RETURN(v1::WorkerInfo info, DescribeWorker(backend.get()));
   StageServiceOptions options;
   options.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes));
   StageServiceImpl service(std::move(backend), metrics.get(), options);
@@ -77,6 +121,22 @@ absl::Status Run() {
         " (address in use or invalid)"));
   }
   const int metrics_port = http != nullptr ? http->port() : -1;
+  std::string host;
+  int unused_port = 0;
+  RETURN_IF_ERROR(
+      SplitHostPort(absl::GetFlag(FLAGS_listen), &host, &unused_port));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
+  const std::string advertise = absl::GetFlag(FLAGS_advertise);
+  info.set_address(advertise.empty() ? absl::StrCat(host, ":", grpc_port)
+                                     : advertise);
+  if (metrics_port > 0) {
+    info.set_metrics_address(absl::StrCat(host, ":", metrics_port));
+  }
+  std::unique_ptr<WorkerAgent> agent;
+  if (!absl::GetFlag(FLAGS_scheduler).empty()) {
+    agent = std::make_unique<WorkerAgent>(absl::GetFlag(FLAGS_scheduler), info,
+                                          &service);
+  }
   RETURN_IF_ERROR(WritePortFile(absl::GetFlag(FLAGS_port_file),
                                 {{"grpc", grpc_port}, {"metrics", metrics_port}}));
   PT_LOG(INFO) << "pipetrain-worker serving gRPC on port " << grpc_port
@@ -85,6 +145,7 @@ absl::Status Run() {
 
   const int signal = WaitForShutdownSignal();
   PT_LOG(INFO) << "signal " << signal << ": shutting down";
+  agent.reset();
   service.Shutdown();
   server->Shutdown(DeadlineIn(5));
   if (http != nullptr) http->Stop();

@@ -130,6 +130,35 @@ absl::StatusOr<Worker> StartWorker(const std::vector<std::string>& extra_args) {
   return w;
 }
 
+absl::StatusOr<Scheduler> StartScheduler(
+    const std::string& data_dir, const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args = {"--listen=127.0.0.1:0", "--http_port=0",
+                                   "--http_host=127.0.0.1",
+                                   "--data_dir=" + data_dir};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  auto process = ChildProcess::Start(BinaryPath("pipetrain-scheduler"), args);
+  if (!process.ok()) return process.status();
+  Scheduler s;
+  s.address = absl::StrCat("127.0.0.1:", (*process)->port("grpc"));
+  s.http_port = (*process)->port("http");
+  s.stub = v1::SchedulerService::NewStub(CreatePipetrainChannel(s.address));
+  s.process = std::move(*process);
+  return s;
+}
+
+TempDir::TempDir() {
+  char pattern[] = "/tmp/pipetrain-test-XXXXXX";
+  if (mkdtemp(pattern) != nullptr) path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  if (path_.empty()) return;
+  const std::string command = "rm -rf '" + path_ + "'";
+  if (std::system(command.c_str()) != 0) {
+    std::fprintf(stderr, "could not remove %s\n", path_.c_str());
+  }
+}
+
 namespace {
 
 absl::Status Call(const grpc::Status& status) { return FromGrpcStatus(status); }

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "pipetrain/v1/job.pb.h"
+#include "pipetrain/v1/scheduler.grpc.pb.h"
 #include "pipetrain/v1/stage.grpc.pb.h"
 
 namespace pipetrain::testing {
@@ -54,6 +55,27 @@ struct Worker {
   std::string address;  // 127.0.0.1:port
 };
 absl::StatusOr<Worker> StartWorker(const std::vector<std::string>& extra_args = {});
+
+// A scheduler child and a stub to it.
+struct Scheduler {
+  std::unique_ptr<ChildProcess> process;
+  std::unique_ptr<v1::SchedulerService::Stub> stub;
+  std::string address;  // gRPC, 127.0.0.1:port
+  int http_port = 0;
+};
+absl::StatusOr<Scheduler> StartScheduler(
+    const std::string& data_dir, const std::vector<std::string>& extra_args = {});
+
+// A fresh directory under /tmp, removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // What a pipeline run on worker processes produced.
 struct PipelineRun {

@@ -28,7 +28,8 @@ ScheduleNames() {
 const std::vector<std::pair<std::string, v1::DType>>& WireNames() {
   static const auto* const kNames =
       new std::vector<std::pair<std::string, v1::DType>>{
-          {"f32", v1::DTYPE_F32}, {"bf16", v1::DTYPE_BF16},
+          {"f32", v1::DTYPE_F32},
+          {"bf16", v1::DTYPE_BF16},
           {"f16", v1::DTYPE_F16}};
   return *kNames;
 }
@@ -41,9 +42,9 @@ absl::StatusOr<T> Lookup(const std::vector<std::pair<std::string, T>>& names,
     if (n == name) return value;
     known.push_back(n);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown ", what, " '", name, "' (one of ", absl::StrJoin(known, ", "),
-      ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown ", what, " '", name, "' (one of ",
+                   absl::StrJoin(known, ", "), ")"));
 }
 
 template <typename T>

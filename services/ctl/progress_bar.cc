@@ -25,23 +25,35 @@ std::string EnumShortName(const std::string& full, const std::string& prefix,
   return full;
 }
 
-double Fraction(const v1::Job& job) {
-  if (job.total_steps() <= 0) return 0;
-  return std::clamp(static_cast<double>(job.step()) / job.total_steps(), 0.0,
-                    1.0);
+// Steps done, clamped to [0, total_steps]; integer math keeps the bar and
+// the percentage exact.
+int64_t StepsDone(const v1::Job& job) {
+  return std::clamp<int64_t>(job.step(), 0, job.total_steps());
 }
 
-std::string Bar(double fraction, int inner) {
-  const int filled = static_cast<int>(std::floor(fraction * inner));
+int64_t Percent(const v1::Job& job) {
+  if (job.total_steps() <= 0) return 0;
+  return StepsDone(job) * 100 / job.total_steps();
+}
+
+std::string Bar(const v1::Job& job, int inner) {
+  const int64_t filled =
+      job.total_steps() > 0 ? StepsDone(job) * inner / job.total_steps() : 0;
   return absl::StrCat("[", std::string(filled, '#'),
                       std::string(inner - filled, '-'), "]");
 }
 
-// "60% step 1125/1875 epoch 1": always shown.
+// " 60% step 1125/1875 epoch 1": always shown. The step is padded to the
+// width of the total so the bar keeps its width as the step grows.
 std::string CoreFields(const v1::Job& job) {
-  const int percent = static_cast<int>(std::floor(100 * Fraction(job)));
-  std::string out = absl::StrFormat("%3d%% step %d", percent, job.step());
-  if (job.total_steps() > 0) absl::StrAppend(&out, "/", job.total_steps());
+  std::string out;
+  if (job.total_steps() > 0) {
+    const int digits = static_cast<int>(absl::StrCat(job.total_steps()).size());
+    out = absl::StrFormat("%3d%% step %*d/%d", Percent(job), digits, job.step(),
+                          job.total_steps());
+  } else {
+    out = absl::StrFormat("%3d%% step %d", Percent(job), job.step());
+  }
   absl::StrAppend(&out, " epoch ", job.epoch());
   return out;
 }
@@ -125,9 +137,8 @@ std::string FormatProgressLine(const v1::Job& job, int width) {
   const std::string head = Head(job);
   const std::string core = CoreFields(job);
   const std::vector<std::string> optional = OptionalFields(job);
-  const double fraction = Fraction(job);
   if (width <= 0) {
-    return Assemble(head, Bar(fraction, kDefaultBarWidth), core, optional,
+    return Assemble(head, Bar(job, kDefaultBarWidth), core, optional,
                     optional.size());
   }
   for (size_t keep = optional.size() + 1; keep-- > 0;) {
@@ -136,7 +147,7 @@ std::string FormatProgressLine(const v1::Job& job, int width) {
     // The bar costs its brackets and one separating space.
     const int inner = std::min(kMaxBarWidth, width - without_bar - 3);
     if (inner >= kMinBarWidth) {
-      return Assemble(head, Bar(fraction, inner), core, optional, keep);
+      return Assemble(head, Bar(job, inner), core, optional, keep);
     }
   }
   std::string bare = Assemble(head, "", core, optional, 0);
@@ -153,9 +164,9 @@ std::string FormatFinalSummary(const v1::Job& job) {
                             job.id(), steps, job.loss());
       break;
     case v1::JOB_STATE_FAILED:
-      out = absl::StrFormat("%s FAILED at step %s: %s", job.id(), steps,
-                            job.error().empty() ? "no error message given"
-                                                : job.error());
+      out = absl::StrFormat(
+          "%s FAILED at step %s: %s", job.id(), steps,
+          job.error().empty() ? "no error message given" : job.error());
       break;
     default:
       out = absl::StrFormat("%s %s at step %s", job.id(),

@@ -92,4 +92,21 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
   return out;
 }
 
+absl::StatusOr<double> MeasureGemmGflops(Backend* backend) {
+  constexpr int64_t n = 512;
+  ASSIGN_OR_RETURN(Tensor a, backend->Allocate({n, n}));
+  ASSIGN_OR_RETURN(Tensor c, backend->Allocate({n, n}));
+  RETURN_IF_ERROR(backend->Fill(a.f32(), a.numel(), 0.5f));
+  double best = 1e30;
+  for (int rep = 0; rep < 6; ++rep) {
+    const auto start = Clock::now();
+    RETURN_IF_ERROR(backend->Gemm(false, false, n, n, n, 1.0f, a.f32(), n,
+                                  a.f32(), n, 0.0f, c.f32(), n));
+    RETURN_IF_ERROR(backend->Synchronize());
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    if (rep > 0) best = std::min(best, s);  // rep 0 warms up
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
 }  // namespace pipetrain

@@ -19,6 +19,11 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
                                                   int repetitions,
                                                   Backend* backend);
 
+// Float32 GEMM speed of `backend` (GFLOP/s), from a few 512^3 products.
+// Registration reports it so the planner can weigh workers against each
+// other.
+absl::StatusOr<double> MeasureGemmGflops(Backend* backend);
+
 }  // namespace pipetrain
 
 #endif  // PIPETRAIN_WORKER_PIPELINE_PROFILER_H_

@@ -360,6 +360,7 @@ absl::Status StageExecutor::RunStep(int64_t step) {
   result.set_step(step);
   result.set_seconds(seconds);
   result.set_weight_version(weight_version_.load());
+  if (order_ != nullptr) result.set_epoch(order_->EpochOfStep(step));
   if (is_last()) {
     result.set_loss(state.loss.mean_loss());
     result.set_accuracy(state.loss.accuracy());

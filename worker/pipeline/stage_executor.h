@@ -91,6 +91,10 @@ class StageExecutor {
   int64_t num_parameters() const { return model_->num_parameters(); }
   const Shape& input_shape() const { return model_->input_shape(); }
   const Shape& output_shape() const { return model_->output_shape(); }
+  // Stage 0 only (0 elsewhere).
+  int64_t steps_per_epoch() const {
+    return order_ == nullptr ? 0 : order_->steps_per_epoch();
+  }
 
  private:
   struct MicroBatch;

@@ -1,0 +1,168 @@
+#include "scheduler/worker_registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace pipetrain {
+
+WorkerRegistry::WorkerRegistry(const RegistryOptions& options,
+                               StateStore* store)
+    : options_(options), store_(store) {}
+
+void WorkerRegistry::Persist(const v1::WorkerInfo& w) {
+  if (store_ == nullptr) return;
+  const absl::Status status = store_->PutWorker(w);
+  if (!status.ok()) {
+    PT_LOG(ERROR) << "cannot persist worker " << w.id() << ": " << status;
+  }
+}
+
+absl::Status WorkerRegistry::Load(int64_t now_ms) {
+  if (store_ == nullptr) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<v1::WorkerInfo> loaded, store_->LoadWorkers());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (v1::WorkerInfo& w : loaded) {
+    w.set_last_heartbeat_unix_ms(now_ms);
+    if (!workers_.count(w.id())) order_.push_back(w.id());
+    int64_t n = 0;
+    if (sscanf(w.id().c_str(), "w-%ld", &n) == 1) {
+      next_id_ = std::max(next_id_, n + 1);
+    }
+    workers_[w.id()] = w;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
+    v1::WorkerInfo info, int64_t now_ms) {
+  if (info.address().empty()) {
+    return absl::InvalidArgumentError(
+        "worker.address: missing (the host:port the scheduler dials)");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (info.id().empty()) info.set_id(absl::StrCat("w-", next_id_++));
+  auto it = workers_.find(info.id());
+  if (it == workers_.end()) {
+    order_.push_back(info.id());
+    info.set_registered_unix_ms(now_ms);
+  } else {
+    info.set_registered_unix_ms(it->second.registered_unix_ms());
+  }
+  // A (re)registering worker carries no stage yet.
+  info.set_state(v1::WORKER_STATE_REGISTERED);
+  info.clear_job_id();
+  info.set_stage(0);
+  info.set_last_heartbeat_unix_ms(now_ms);
+  workers_[info.id()] = info;
+  Persist(info);
+  PT_LOG(INFO) << "worker " << info.id() << " registered at "
+               << info.address() << " (" << info.device() << ")";
+  v1::RegisterWorkerResponse out;
+  out.set_worker_id(info.id());
+  out.set_heartbeat_interval_seconds(options_.heartbeat_interval_seconds);
+  out.set_lease_seconds(options_.lease_seconds);
+  return out;
+}
+
+bool WorkerRegistry::Heartbeat(const std::string& id, int64_t now_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return false;
+  v1::WorkerInfo& w = it->second;
+  w.set_last_heartbeat_unix_ms(now_ms);
+  if (w.state() == v1::WORKER_STATE_REGISTERED ||
+      w.state() == v1::WORKER_STATE_LOST) {
+    if (w.state() == v1::WORKER_STATE_LOST) {
+      PT_LOG(INFO) << "worker " << id << " is back";
+    }
+    w.set_state(w.job_id().empty() ? v1::WORKER_STATE_IDLE
+                                   : v1::WORKER_STATE_ASSIGNED);
+    Persist(w);
+  }
+  return true;
+}
+
+std::vector<std::string> WorkerRegistry::Sweep(int64_t now_ms) {
+  std::vector<std::string> lost;
+  const int64_t lease_ms = static_cast<int64_t>(options_.lease_seconds * 1000);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, w] : workers_) {
+    if (w.state() != v1::WORKER_STATE_LOST &&
+        now_ms - w.last_heartbeat_unix_ms() > lease_ms) {
+      PT_LOG(WARNING) << "worker " << id << " missed its lease";
+      w.set_state(v1::WORKER_STATE_LOST);
+      Persist(w);
+      lost.push_back(id);
+    }
+  }
+  return lost;
+}
+
+std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::WorkerInfo> out;
+  for (const std::string& id : order_) out.push_back(workers_.at(id));
+  return out;
+}
+
+std::optional<v1::WorkerInfo> WorkerRegistry::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<v1::WorkerInfo> WorkerRegistry::Idle(
+    const google::protobuf::Map<std::string, std::string>& selector) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::WorkerInfo> out;
+  for (const std::string& id : order_) {
+    const v1::WorkerInfo& w = workers_.at(id);
+    if (w.state() != v1::WORKER_STATE_IDLE) continue;
+    bool match = true;
+    for (const auto& [key, value] : selector) {
+      auto label = w.labels().find(key);
+      if (label == w.labels().end() || label->second != value) match = false;
+    }
+    if (match) out.push_back(w);
+  }
+  return out;
+}
+
+int WorkerRegistry::CountAlive() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& [id, w] : workers_) n += w.state() != v1::WORKER_STATE_LOST;
+  return n;
+}
+
+absl::Status WorkerRegistry::Assign(const std::string& id,
+                                    const std::string& job_id, int stage) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.state() != v1::WORKER_STATE_IDLE) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", id, " is not idle"));
+  }
+  it->second.set_state(v1::WORKER_STATE_ASSIGNED);
+  it->second.set_job_id(job_id);
+  it->second.set_stage(stage);
+  Persist(it->second);
+  return absl::OkStatus();
+}
+
+void WorkerRegistry::Release(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, w] : workers_) {
+    if (w.job_id() != job_id) continue;
+    w.clear_job_id();
+    w.set_stage(0);
+    if (w.state() == v1::WORKER_STATE_ASSIGNED) {
+      w.set_state(v1::WORKER_STATE_IDLE);
+    }
+    Persist(w);
+  }
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,81 @@
+// WorkerRegistry: the workers the scheduler knows, their leases and states.
+//
+// Workers register (REGISTERED), heartbeat (IDLE or ASSIGNED), and turn LOST
+// when a lease passes without a heartbeat. A LOST worker that heartbeats
+// again comes back IDLE. Registrations and state changes are persisted, so
+// a restarted scheduler lists the workers it had; they keep their ids and
+// get a fresh lease to come back in.
+//
+// Thread-safe.
+#ifndef PIPETRAIN_SCHEDULER_WORKER_REGISTRY_H_
+#define PIPETRAIN_SCHEDULER_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "pipetrain/v1/scheduler.pb.h"
+#include "scheduler/state_store.h"
+
+namespace pipetrain {
+
+struct RegistryOptions {
+  double lease_seconds = 3.0;
+  double heartbeat_interval_seconds = 0.5;
+};
+
+class WorkerRegistry {
+ public:
+  // `store` (borrowed, may be null) persists registrations.
+  WorkerRegistry(const RegistryOptions& options, StateStore* store);
+
+  // Reloads persisted workers; each gets a fresh lease from `now_ms`.
+  absl::Status Load(int64_t now_ms);
+
+  // InvalidArgument when the address is missing. An empty id gets one; a
+  // known id (a restarted worker) is updated in place.
+  absl::StatusOr<v1::RegisterWorkerResponse> Register(v1::WorkerInfo info,
+                                                      int64_t now_ms);
+  // Renews the lease; false when the id is unknown. `busy` says whether the
+  // worker reports a stage.
+  bool Heartbeat(const std::string& id, int64_t now_ms);
+  // Marks workers whose lease ran out LOST; returns their ids.
+  std::vector<std::string> Sweep(int64_t now_ms);
+
+  std::vector<v1::WorkerInfo> List() const;
+  std::optional<v1::WorkerInfo> Get(const std::string& id) const;
+  // Idle workers whose labels include every pair of `selector`, in
+  // registration order.
+  std::vector<v1::WorkerInfo> Idle(
+      const google::protobuf::Map<std::string, std::string>& selector) const;
+  // Workers not LOST.
+  int CountAlive() const;
+
+  // Marks `id` ASSIGNED to stage `stage` of `job_id`.
+  absl::Status Assign(const std::string& id, const std::string& job_id,
+                      int stage);
+  // Every worker assigned to `job_id` (and not LOST) becomes IDLE.
+  void Release(const std::string& job_id);
+
+  const RegistryOptions& options() const { return options_; }
+
+ private:
+  void Persist(const v1::WorkerInfo& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const RegistryOptions options_;
+  StateStore* const store_;  // borrowed, may be null
+
+  mutable std::mutex mu_;
+  std::map<std::string, v1::WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_SCHEDULER_WORKER_REGISTRY_H_

@@ -1,0 +1,98 @@
+// pipetrainctl: the user's command line for the scheduler.
+//
+//   pipetrainctl submit examples/fashion_mnist_mlp.job.json --watch
+//   pipetrainctl jobs
+//   pipetrainctl --output=json get job-3
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "services/ctl/commands.h"
+#include "services/ctl/job_input.h"
+
+ABSL_FLAG(std::string, scheduler, "",
+          "Scheduler address host:port (default: $PIPETRAIN_SCHEDULER, else "
+          "localhost:7000)");
+ABSL_FLAG(double, timeout, 10, "Deadline of each call, in seconds");
+ABSL_FLAG(std::string, output, "table", "table or json");
+ABSL_FLAG(bool, watch, false, "submit: keep watching the job");
+ABSL_FLAG(int, stages, -1,
+          "submit: stages to cut the model into (0: let the planner choose; "
+          "-1: as in the spec)");
+ABSL_FLAG(std::string, schedule, "",
+          "submit: gpipe, 1f1b-flush, interleaved or zb-h1 (default: as in "
+          "the spec)");
+ABSL_FLAG(std::string, wire, "",
+          "submit: f32, bf16 or f16 activations on the wire (default: as in "
+          "the spec)");
+ABSL_FLAG(int64_t, since, 0, "versions: history from this step on");
+ABSL_FLAG(int64_t, samples, 0, "evaluate: held-out samples (0: all)");
+
+namespace pipetrain {
+namespace ctl {
+namespace {
+
+constexpr char kDefaultScheduler[] = "localhost:7000";
+
+std::string SchedulerAddress() {
+  std::string address = absl::GetFlag(FLAGS_scheduler);
+  if (!address.empty()) return address;
+  const char* env = std::getenv("PIPETRAIN_SCHEDULER");
+  return env != nullptr && env[0] != '\0' ? env : kDefaultScheduler;
+}
+
+// Fills `options` from the flags; a usage problem, or empty.
+std::string OptionsFromFlags(CtlOptions* options) {
+  options->scheduler = SchedulerAddress();
+  options->timeout_seconds = absl::GetFlag(FLAGS_timeout);
+  if (!(options->timeout_seconds > 0)) return "--timeout must be positive";
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (output != "table" && output != "json") {
+    return absl::StrCat("--output must be table or json, not '", output, "'");
+  }
+  options->json = output == "json";
+  options->watch = absl::GetFlag(FLAGS_watch);
+  JobOverrides& overrides = options->overrides;
+  if (absl::GetFlag(FLAGS_stages) != -1) {
+    overrides.num_stages = absl::GetFlag(FLAGS_stages);
+  }
+  if (!absl::GetFlag(FLAGS_schedule).empty()) {
+    overrides.schedule = absl::GetFlag(FLAGS_schedule);
+  }
+  if (!absl::GetFlag(FLAGS_wire).empty()) {
+    overrides.wire = absl::GetFlag(FLAGS_wire);
+  }
+  // Checked here so a bad value is a usage error before any call.
+  v1::JobSpec scratch;
+  const absl::Status valid = ApplyJobOverrides(overrides, &scratch);
+  if (!valid.ok()) return std::string(valid.message());
+  options->since_step = absl::GetFlag(FLAGS_since);
+  options->eval_samples = absl::GetFlag(FLAGS_samples);
+  return "";
+}
+
+}  // namespace
+}  // namespace ctl
+}  // namespace pipetrain
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(pipetrain::ctl::UsageText());
+  // --help lists this file's flags (absl looks for pipetrainctl.cc).
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view path) {
+    return absl::StrContains(path, "ctl_main.cc");
+  };
+  absl::SetFlagsUsageConfig(usage_config);
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  pipetrain::ctl::CtlOptions options;
+  const std::string problem = pipetrain::ctl::OptionsFromFlags(&options);
+  if (!problem.empty()) return pipetrain::ctl::UsageError(problem);
+  const std::vector<std::string> args(positional.begin() + 1, positional.end());
+  return pipetrain::ctl::RunCommand(args, options);
+}

@@ -1,0 +1,139 @@
+#include "services/ctl/scheduler_client.h"
+
+#include <algorithm>
+
+#include "services/grpc_util.h"
+
+namespace pipetrain {
+namespace ctl {
+namespace {
+
+v1::JobActionRequest Action(const std::string& job_id) {
+  v1::JobActionRequest request;
+  request.set_job_id(job_id);
+  return request;
+}
+
+}  // namespace
+
+SchedulerClient::SchedulerClient(const std::string& target,
+                                 double timeout_seconds)
+    : target_(target),
+      timeout_seconds_(timeout_seconds),
+      channel_(CreatePipetrainChannel(target)),
+      stub_(v1::SchedulerService::NewStub(channel_)) {}
+
+bool SchedulerClient::Connected() const {
+  return channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY;
+}
+
+template <typename Response>
+absl::StatusOr<Response> SchedulerClient::Call(const Rpc<Response>& rpc,
+                                               double seconds) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(seconds));
+  Response response;
+  const absl::Status status = FromGrpcStatus(rpc(&context, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::Job> SchedulerClient::SubmitJob(const v1::JobSpec& spec) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  return Call<v1::Job>(
+      [&](grpc::ClientContext* c, v1::Job* r) {
+        return stub_->SubmitJob(c, request, r);
+      },
+      timeout_seconds_);
+}
+
+absl::StatusOr<v1::Job> SchedulerClient::GetJob(const std::string& job_id) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  return Call<v1::Job>([&](grpc::ClientContext* c,
+                           v1::Job* r) { return stub_->GetJob(c, request, r); },
+                       timeout_seconds_);
+}
+
+absl::StatusOr<v1::ListJobsResponse> SchedulerClient::ListJobs() {
+  const v1::ListJobsRequest request;
+  return Call<v1::ListJobsResponse>(
+      [&](grpc::ClientContext* c, v1::ListJobsResponse* r) {
+        return stub_->ListJobs(c, request, r);
+      },
+      timeout_seconds_);
+}
+
+absl::StatusOr<v1::Job> SchedulerClient::PauseJob(const std::string& job_id) {
+  const v1::JobActionRequest request = Action(job_id);
+  return Call<v1::Job>(
+      [&](grpc::ClientContext* c, v1::Job* r) {
+        return stub_->PauseJob(c, request, r);
+      },
+      timeout_seconds_);
+}
+
+absl::StatusOr<v1::Job> SchedulerClient::ResumeJob(const std::string& job_id) {
+  const v1::JobActionRequest request = Action(job_id);
+  return Call<v1::Job>(
+      [&](grpc::ClientContext* c, v1::Job* r) {
+        return stub_->ResumeJob(c, request, r);
+      },
+      timeout_seconds_);
+}
+
+absl::StatusOr<v1::Job> SchedulerClient::CancelJob(const std::string& job_id) {
+  const v1::JobActionRequest request = Action(job_id);
+  return Call<v1::Job>(
+      [&](grpc::ClientContext* c, v1::Job* r) {
+        return stub_->CancelJob(c, request, r);
+      },
+      timeout_seconds_);
+}
+
+absl::StatusOr<v1::ListWorkersResponse> SchedulerClient::ListWorkers() {
+  const v1::ListWorkersRequest request;
+  return Call<v1::ListWorkersResponse>(
+      [&](grpc::ClientContext* c, v1::ListWorkersResponse* r) {
+        return stub_->ListWorkers(c, request, r);
+      },
+      timeout_seconds_);
+}
+
+absl::StatusOr<v1::Plan> SchedulerClient::GetPlan(const std::string& job_id) {
+  v1::GetPlanRequest request;
+  request.set_job_id(job_id);
+  return Call<v1::Plan>(
+      [&](grpc::ClientContext* c, v1::Plan* r) {
+        return stub_->GetPlan(c, request, r);
+      },
+      timeout_seconds_);
+}
+
+absl::StatusOr<v1::GetVersionsResponse> SchedulerClient::GetVersions(
+    const std::string& job_id, int64_t since_step) {
+  v1::GetVersionsRequest request;
+  request.set_job_id(job_id);
+  request.set_since_step(since_step);
+  return Call<v1::GetVersionsResponse>(
+      [&](grpc::ClientContext* c, v1::GetVersionsResponse* r) {
+        return stub_->GetVersions(c, request, r);
+      },
+      timeout_seconds_);
+}
+
+absl::StatusOr<v1::EvalResult> SchedulerClient::Evaluate(
+    const std::string& job_id, int64_t max_samples) {
+  v1::EvaluateRequest request;
+  request.set_job_id(job_id);
+  request.set_max_samples(max_samples);
+  return Call<v1::EvalResult>(
+      [&](grpc::ClientContext* c, v1::EvalResult* r) {
+        return stub_->Evaluate(c, request, r);
+      },
+      std::max(timeout_seconds_, kEvaluateMinSeconds));
+}
+
+}  // namespace ctl
+}  // namespace pipetrain

@@ -1,0 +1,281 @@
+#include "services/ctl/views.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "services/ctl/job_input.h"
+#include "services/ctl/progress_bar.h"
+#include "services/ctl/text_table.h"
+
+namespace pipetrain {
+namespace ctl {
+namespace {
+
+// Width of the key column in key/value views ("throughput:" plus a space).
+constexpr int kKeyWidth = 12;
+
+void AppendField(const std::string& key, const std::string& value,
+                 std::string* out) {
+  absl::StrAppendFormat(out, "%-*s%s\n", kKeyWidth, key + ":", value);
+}
+
+// "5m00s ago"; "-" when the time is unknown (0).
+std::string Age(int64_t unix_ms, int64_t now_unix_ms) {
+  if (unix_ms <= 0) return "-";
+  return HumanizeDuration((now_unix_ms - unix_ms) / 1000.0) + " ago";
+}
+
+std::string Percent(double fraction) {
+  return absl::StrFormat("%.0f%%", 100 * fraction);
+}
+
+std::string StepOf(const v1::Job& job) {
+  return absl::StrCat(job.step(), "/", job.total_steps());
+}
+
+std::string ProgressPercent(const v1::Job& job) {
+  if (job.total_steps() <= 0) return "-";
+  return absl::StrCat(job.step() * 100 / job.total_steps(), "%");
+}
+
+std::string LayersOf(const v1::PlannedStage& s) {
+  if (s.layer_end() <= s.layer_begin()) return "-";
+  if (s.layer_end() == s.layer_begin() + 1)
+    return absl::StrCat(s.layer_begin());
+  return absl::StrCat(s.layer_begin(), "-", s.layer_end() - 1);
+}
+
+std::string BytesOrDash(int64_t bytes) {
+  return bytes > 0 ? HumanizeBytes(bytes) : "-";
+}
+
+std::string ScheduleSummary(const v1::Job& job) {
+  const v1::JobSpec& spec = job.spec();
+  const int stages =
+      job.stages_size() > 0 ? job.stages_size() : spec.num_stages();
+  std::string out = ScheduleName(spec.schedule());
+  absl::StrAppend(&out, ", ",
+                  stages > 0 ? absl::StrCat(stages, " stages")
+                             : std::string("stages chosen by the planner"));
+  absl::StrAppend(&out, ", wire ", WireName(spec.wire_dtype()));
+  const v1::TrainingSpec& t = spec.training();
+  if (t.batch_size() > 0) absl::StrAppend(&out, ", batch ", t.batch_size());
+  if (t.micro_batches() > 1) {
+    absl::StrAppend(&out, " in ", t.micro_batches(), " micro-batches");
+  }
+  return out;
+}
+
+std::string StagesTable(const v1::Job& job) {
+  TextTable table({{"STAGE", true},
+                   {"WORKER"},
+                   {"STEP", true},
+                   {"VERSION", true},
+                   {"BUSY", true},
+                   {"FORWARD", true},
+                   {"BACKWARD", true},
+                   {"PEAK ACT", true}});
+  for (const v1::StageProgress& s : job.stages()) {
+    table.AddRow({absl::StrCat(s.stage()), s.worker_id(),
+                  absl::StrCat(s.next_step()), absl::StrCat(s.weight_version()),
+                  Percent(s.busy_fraction()),
+                  FormatSeconds(s.forward_seconds()),
+                  FormatSeconds(s.backward_seconds()),
+                  BytesOrDash(s.peak_activation_bytes())});
+  }
+  return table.Render();
+}
+
+std::string ProgressField(const v1::Job& job) {
+  std::string out = absl::StrCat(StepOf(job), " steps");
+  if (job.total_steps() > 0)
+    absl::StrAppend(&out, " (", ProgressPercent(job), ")");
+  absl::StrAppend(&out, ", epoch ", job.epoch());
+  return out;
+}
+
+}  // namespace
+
+std::string FormatSeconds(double seconds) {
+  if (seconds < 0.01) return absl::StrFormat("%.2f ms", seconds * 1e3);
+  if (seconds < 1) return absl::StrFormat("%.1f ms", seconds * 1e3);
+  return absl::StrFormat("%.2f s", seconds);
+}
+
+std::string FormatJobsTable(const v1::ListJobsResponse& jobs,
+                            int64_t now_unix_ms) {
+  if (jobs.jobs_size() == 0) return "no jobs\n";
+  TextTable table({{"ID"},
+                   {"NAME"},
+                   {"STATE"},
+                   {"STEP", true},
+                   {"PROGRESS", true},
+                   {"LOSS", true},
+                   {"ACC", true},
+                   {"SAMPLES/S", true},
+                   {"STAGES", true},
+                   {"AGE", true}});
+  for (const v1::Job& job : jobs.jobs()) {
+    const bool stepped = job.step() > 0;
+    table.AddRow(
+        {job.id(), job.name().empty() ? "-" : job.name(),
+         JobStateName(job.state()), StepOf(job), ProgressPercent(job),
+         stepped ? absl::StrFormat("%.4f", job.loss()) : "-",
+         stepped ? absl::StrFormat("%.1f%%", 100 * job.accuracy()) : "-",
+         stepped ? absl::StrFormat("%.0f", job.samples_per_second()) : "-",
+         job.stages_size() > 0 ? absl::StrCat(job.stages_size()) : "-",
+         job.created_unix_ms() > 0
+             ? HumanizeDuration((now_unix_ms - job.created_unix_ms()) / 1e3)
+             : "-"});
+  }
+  return table.Render();
+}
+
+std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
+                               int64_t now_unix_ms) {
+  if (workers.workers_size() == 0) return "no workers registered\n";
+  TextTable table({{"ID"},
+                   {"ADDRESS"},
+                   {"STATE"},
+                   {"DEVICE"},
+                   {"ZONE"},
+                   {"GFLOP/S", true},
+                   {"MEMORY", true},
+                   {"JOB/STAGE"},
+                   {"HEARTBEAT", true}});
+  for (const v1::WorkerInfo& w : workers.workers()) {
+    const auto zone = w.labels().find("zone");
+    table.AddRow(
+        {w.id(), w.address(), WorkerStateName(w.state()),
+         w.device().empty() ? w.device_kind() : w.device(),
+         zone == w.labels().end() ? "-" : zone->second,
+         absl::StrFormat("%.1f", w.gemm_gflops()),
+         BytesOrDash(w.memory_bytes()),
+         w.job_id().empty() ? "-" : absl::StrCat(w.job_id(), "/", w.stage()),
+         Age(w.last_heartbeat_unix_ms(), now_unix_ms)});
+  }
+  return table.Render();
+}
+
+std::string FormatJobDetail(const v1::Job& job, int64_t now_unix_ms) {
+  std::string out;
+  AppendField("job",
+              job.name().empty()
+                  ? job.id()
+                  : absl::StrCat(job.id(), " (", job.name(), ")"),
+              &out);
+  AppendField("state", JobStateName(job.state()), &out);
+  AppendField("progress", ProgressField(job), &out);
+  if (job.step() > 0) {
+    AppendField("loss",
+                absl::StrFormat("%.4f (train accuracy %.1f%%)", job.loss(),
+                                100 * job.accuracy()),
+                &out);
+    AppendField("throughput",
+                absl::StrFormat("%.0f samples/s", job.samples_per_second()),
+                &out);
+  }
+  AppendField("schedule", ScheduleSummary(job), &out);
+  AppendField("committed",
+              absl::StrCat("weight version ", job.committed_version()), &out);
+  AppendField(
+      "created",
+      absl::StrCat(Age(job.created_unix_ms(), now_unix_ms), ", updated ",
+                   Age(job.updated_unix_ms(), now_unix_ms)),
+      &out);
+  if (job.has_eval() && job.eval().samples() > 0) {
+    AppendField("eval", FormatEvalResult(job.eval()), &out);
+    out.pop_back();  // FormatEvalResult's own newline.
+  }
+  if (!job.error().empty()) AppendField("error", job.error(), &out);
+  if (job.stages_size() > 0) absl::StrAppend(&out, "\n", StagesTable(job));
+  return out;
+}
+
+std::string FormatPlan(const v1::Plan& plan) {
+  std::string out = absl::StrFormat("plan for %s: %d stages, planned in %s\n",
+                                    plan.job_id(), plan.stages_size(),
+                                    FormatSeconds(plan.planning_seconds()));
+  TextTable table({{"STAGE", true},
+                   {"LAYERS"},
+                   {"WORKER"},
+                   {"ADDRESS"},
+                   {"COMPUTE", true},
+                   {"TRANSFER", true},
+                   {"MEMORY", true},
+                   {"LIMIT", true}});
+  for (const v1::PlannedStage& s : plan.stages()) {
+    table.AddRow({absl::StrCat(s.stage()), LayersOf(s), s.worker_id(),
+                  s.worker_address(), FormatSeconds(s.compute_seconds()),
+                  FormatSeconds(s.transfer_seconds()),
+                  BytesOrDash(s.memory_bytes()),
+                  BytesOrDash(s.memory_limit_bytes())});
+  }
+  absl::StrAppend(&out, table.Render());
+  std::string bottleneck =
+      absl::StrFormat("stage %d, %s per micro-batch", plan.bottleneck_stage(),
+                      FormatSeconds(plan.bottleneck_seconds()));
+  if (plan.even_split_bottleneck_seconds() > 0) {
+    absl::StrAppend(&bottleneck, " (even split: ",
+                    FormatSeconds(plan.even_split_bottleneck_seconds()), ")");
+  }
+  AppendField("bottleneck", bottleneck, &out);
+  AppendField("predicted",
+              absl::StrFormat("step %s, bubble %.1f%%",
+                              FormatSeconds(plan.predicted_step_seconds()),
+                              100 * plan.predicted_bubble()),
+              &out);
+  if (!plan.explanation().empty()) {
+    absl::StrAppend(&out, "\n", plan.explanation());
+    if (out.back() != '\n') out += '\n';
+  }
+  return out;
+}
+
+std::string FormatVersions(const v1::GetVersionsResponse& versions,
+                           int64_t since_step, int64_t now_unix_ms,
+                           size_t max_history) {
+  std::string out =
+      absl::StrCat("committed version ", versions.committed_version(), "\n");
+  TextTable stages({{"STAGE", true}, {"VERSION", true}});
+  for (int i = 0; i < versions.stage_versions_size(); ++i) {
+    stages.AddRow({absl::StrCat(i), absl::StrCat(versions.stage_versions(i))});
+  }
+  if (stages.num_rows() > 0) absl::StrAppend(&out, stages.Render());
+  const size_t total = versions.history_size();
+  if (total == 0) {
+    absl::StrAppend(&out, "no history since step ", since_step, "\n");
+    return out;
+  }
+  const size_t shown = std::min(total, max_history);
+  absl::StrAppend(&out, "\nhistory since step ", since_step);
+  if (shown < total)
+    absl::StrAppend(&out, " (last ", shown, " of ", total, ")");
+  absl::StrAppend(&out, ":\n");
+  TextTable history(
+      {{"STAGE", true}, {"STEP", true}, {"VERSION", true}, {"AGE", true}});
+  for (size_t i = total - shown; i < total; ++i) {
+    const v1::VersionEntry& e = versions.history(static_cast<int>(i));
+    history.AddRow({absl::StrCat(e.stage()), absl::StrCat(e.step()),
+                    absl::StrCat(e.weight_version()),
+                    Age(e.unix_ms(), now_unix_ms)});
+  }
+  absl::StrAppend(&out, history.Render());
+  return out;
+}
+
+std::string FormatEvalResult(const v1::EvalResult& eval) {
+  return absl::StrFormat(
+      "test accuracy %.1f%% on %d samples (loss %.4f) at step %d\n",
+      100 * eval.accuracy(), eval.samples(), eval.loss(), eval.step());
+}
+
+std::string FormatJobState(const v1::Job& job) {
+  return absl::StrCat(job.id(), " ", JobStateName(job.state()), " at step ",
+                      StepOf(job), "\n");
+}
+
+}  // namespace ctl
+}  // namespace pipetrain

@@ -1,0 +1,53 @@
+// The table and detail views pipetrainctl prints for the scheduler's
+// answers (the `--output=table` side; JSON output is the messages as they
+// are). Pure functions of the message and of `now_unix_ms` (for ages), so
+// tests pin exact text. Thread-safe.
+#ifndef PIPETRAIN_SERVICES_CTL_VIEWS_H_
+#define PIPETRAIN_SERVICES_CTL_VIEWS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "pipetrain/v1/scheduler.pb.h"
+
+namespace pipetrain {
+namespace ctl {
+
+// Every returned text ends in '\n'.
+
+// ID NAME STATE STEP PROGRESS LOSS ACC SAMPLES/S STAGES AGE; "no jobs".
+std::string FormatJobsTable(const v1::ListJobsResponse& jobs,
+                            int64_t now_unix_ms);
+
+// ID ADDRESS STATE DEVICE ZONE GFLOP/S MEMORY JOB/STAGE HEARTBEAT;
+// "no workers registered".
+std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
+                               int64_t now_unix_ms);
+
+// `get`: key/value lines, then a table of the stages.
+std::string FormatJobDetail(const v1::Job& job, int64_t now_unix_ms);
+
+// `plan`: a table of the stages, then the bottleneck, the predicted step
+// and bubble, and the planner's explanation.
+std::string FormatPlan(const v1::Plan& plan);
+
+// `versions`: the committed version, per-stage versions, and the last
+// `max_history` entries of the history.
+std::string FormatVersions(const v1::GetVersionsResponse& versions,
+                           int64_t since_step, int64_t now_unix_ms,
+                           size_t max_history);
+
+// "test accuracy 86.9% on 10000 samples (loss 0.3712) at step 1875".
+std::string FormatEvalResult(const v1::EvalResult& eval);
+
+// "job-3 PAUSED at step 120/1875": what pause, resume and cancel print.
+std::string FormatJobState(const v1::Job& job);
+
+// 0.0123 -> "12.30 ms", 0.45 -> "450.0 ms", 2.5 -> "2.50 s".
+std::string FormatSeconds(double seconds);
+
+}  // namespace ctl
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_SERVICES_CTL_VIEWS_H_

@@ -1,0 +1,304 @@
+#include "services/ctl/views.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "services/ctl/rpc_failure.h"
+#include "services/ctl/text_table.h"
+
+namespace pipetrain {
+namespace ctl {
+namespace {
+
+constexpr int64_t kNow = 1'700'000'000'000;
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+TEST(TextTable, AlignsColumnsAndTrimsTrailingSpaces) {
+  TextTable table({{"NAME"}, {"N", true}, {"NOTE"}});
+  table.AddRow({"a", "7", ""});
+  table.AddRow({"longer", "1234"});  // The missing cell prints empty.
+  EXPECT_EQ(table.Render(),
+            "NAME       N  NOTE\n"
+            "a          7\n"
+            "longer  1234\n");
+}
+
+TEST(FormatSeconds, PicksPrecisionByMagnitude) {
+  EXPECT_EQ(FormatSeconds(0), "0.00 ms");
+  EXPECT_EQ(FormatSeconds(0.0021), "2.10 ms");
+  EXPECT_EQ(FormatSeconds(0.1203), "120.3 ms");
+  EXPECT_EQ(FormatSeconds(2.5), "2.50 s");
+}
+
+TEST(FormatJobsTable, OneRowPerJobWithDashesBeforeTheFirstStep) {
+  v1::ListJobsResponse jobs;
+  v1::Job* done = jobs.add_jobs();
+  done->set_id("job-1");
+  done->set_name("mlp");
+  done->set_state(v1::JOB_STATE_COMPLETED);
+  done->set_step(1875);
+  done->set_total_steps(1875);
+  done->set_loss(0.3123);
+  done->set_accuracy(0.9);
+  done->set_samples_per_second(2000);
+  done->add_stages();
+  done->add_stages();
+  done->set_created_unix_ms(kNow - 3'900'000);
+  v1::Job* pending = jobs.add_jobs();
+  pending->set_id("job-2");
+  pending->set_state(v1::JOB_STATE_PENDING);
+  pending->set_created_unix_ms(kNow - 4'000);
+  EXPECT_EQ(FormatJobsTable(jobs, kNow),
+            "ID     NAME  STATE           STEP  PROGRESS    LOSS    ACC  "
+            "SAMPLES/S  STAGES    AGE\n"
+            "job-1  mlp   COMPLETED  1875/1875      100%  0.3123  90.0%       "
+            "2000       2  1h05m\n"
+            "job-2  -     PENDING          0/0         -       -      -       "
+            "   -       -   4.0s\n");
+  EXPECT_EQ(FormatJobsTable(v1::ListJobsResponse(), kNow), "no jobs\n");
+}
+
+TEST(FormatWorkersTable, ShowsDeviceZoneAssignmentAndHeartbeatAge) {
+  v1::ListWorkersResponse workers;
+  v1::WorkerInfo* cpu = workers.add_workers();
+  cpu->set_id("w-1");
+  cpu->set_address("10.0.0.5:7100");
+  cpu->set_state(v1::WORKER_STATE_IDLE);
+  cpu->set_device_kind("cpu");
+  (*cpu->mutable_labels())["zone"] = "edge";
+  cpu->set_gemm_gflops(85.3);
+  cpu->set_memory_bytes(16 * kGiB);
+  cpu->set_last_heartbeat_unix_ms(kNow - 1'200);
+  v1::WorkerInfo* gpu = workers.add_workers();
+  gpu->set_id("w-2");
+  gpu->set_address("10.0.0.6:7100");
+  gpu->set_state(v1::WORKER_STATE_ASSIGNED);
+  gpu->set_device_kind("cuda");
+  gpu->set_device("NVIDIA H100");
+  gpu->set_gemm_gflops(51234.5);
+  gpu->set_memory_bytes(80 * kGiB);
+  gpu->set_job_id("job-3");
+  gpu->set_stage(1);
+  EXPECT_EQ(FormatWorkersTable(workers, kNow),
+            "ID   ADDRESS        STATE     DEVICE       ZONE  GFLOP/S  MEMORY  "
+            "JOB/STAGE  HEARTBEAT\n"
+            "w-1  10.0.0.5:7100  IDLE      cpu          edge     85.3  16 GiB  "
+            "-           1.2s ago\n"
+            "w-2  10.0.0.6:7100  ASSIGNED  NVIDIA H100  -     51234.5  80 GiB  "
+            "job-3/1            -\n");
+  EXPECT_EQ(FormatWorkersTable(v1::ListWorkersResponse(), kNow),
+            "no workers registered\n");
+}
+
+v1::Job TwoStageJob() {
+  v1::Job job;
+  job.set_id("job-3");
+  job.set_name("mlp");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_step(1125);
+  job.set_total_steps(1875);
+  job.set_epoch(1);
+  job.set_loss(0.4123);
+  job.set_accuracy(0.852);
+  job.set_samples_per_second(1830);
+  job.mutable_spec()->set_schedule(v1::SCHEDULE_1F1B_FLUSH);
+  job.mutable_spec()->set_wire_dtype(v1::DTYPE_BF16);
+  job.mutable_spec()->mutable_training()->set_batch_size(64);
+  job.mutable_spec()->mutable_training()->set_micro_batches(4);
+  job.set_committed_version(1125);
+  job.set_created_unix_ms(kNow - 300'000);
+  job.set_updated_unix_ms(kNow - 400);
+  struct Row {
+    const char* worker;
+    int64_t next_step;
+    double busy, forward, backward;
+    int64_t peak;
+  };
+  const Row rows[] = {{"w-1", 1126, 0.81, 0.0021, 0.0043, 12 * kMiB},
+                      {"w-2", 1125, 0.77, 0.0030, 0.0061, 0}};
+  for (const Row& r : rows) {
+    v1::StageProgress* s = job.add_stages();
+    s->set_stage(job.stages_size() - 1);
+    s->set_worker_id(r.worker);
+    s->set_next_step(r.next_step);
+    s->set_weight_version(1125);
+    s->set_busy_fraction(r.busy);
+    s->set_forward_seconds(r.forward);
+    s->set_backward_seconds(r.backward);
+    s->set_peak_activation_bytes(r.peak);
+  }
+  return job;
+}
+
+TEST(FormatJobDetail, ListsFieldsThenStages) {
+  EXPECT_EQ(
+      FormatJobDetail(TwoStageJob(), kNow),
+      "job:        job-3 (mlp)\n"
+      "state:      RUNNING\n"
+      "progress:   1125/1875 steps (60%), epoch 1\n"
+      "loss:       0.4123 (train accuracy 85.2%)\n"
+      "throughput: 1830 samples/s\n"
+      "schedule:   1f1b-flush, 2 stages, wire bf16, batch 64 in 4 "
+      "micro-batches\n"
+      "committed:  weight version 1125\n"
+      "created:    5m00s ago, updated 0.4s ago\n"
+      "\n"
+      "STAGE  WORKER  STEP  VERSION  BUSY  FORWARD  BACKWARD  PEAK ACT\n"
+      "    0  w-1     1126     1125   81%  2.10 ms   4.30 ms    12 MiB\n"
+      "    1  w-2     1125     1125   77%  3.00 ms   6.10 ms         -\n");
+}
+
+TEST(FormatJobDetail, ShowsEvalAndErrorWhenPresent) {
+  v1::Job job;
+  job.set_id("job-4");
+  job.set_state(v1::JOB_STATE_FAILED);
+  job.set_error("worker w-2 lost");
+  job.mutable_eval()->set_samples(2000);
+  job.mutable_eval()->set_accuracy(0.5);
+  job.mutable_eval()->set_loss(1.25);
+  job.mutable_eval()->set_step(100);
+  const std::string text = FormatJobDetail(job, kNow);
+  EXPECT_NE(text.find("\neval:       test accuracy 50.0% on 2000 samples "
+                      "(loss 1.2500) at step 100\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nerror:      worker w-2 lost\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gpipe, stages chosen by the planner, wire f32\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(FormatPlan, TableThenBottleneckPredictionAndExplanation) {
+  v1::Plan plan;
+  plan.set_job_id("job-3");
+  plan.set_planning_seconds(0.012);
+  v1::PlannedStage* s0 = plan.add_stages();
+  s0->set_stage(0);
+  s0->set_layer_begin(0);
+  s0->set_layer_end(4);
+  s0->set_worker_id("w-1");
+  s0->set_worker_address("10.0.0.5:7100");
+  s0->set_compute_seconds(0.0124);
+  s0->set_transfer_seconds(0.0012);
+  s0->set_memory_bytes(3 * kGiB / 2);
+  s0->set_memory_limit_bytes(16 * kGiB);
+  v1::PlannedStage* s1 = plan.add_stages();
+  s1->set_stage(1);
+  s1->set_layer_begin(4);
+  s1->set_layer_end(5);
+  s1->set_worker_id("w-2");
+  s1->set_worker_address("10.0.0.6:7100");
+  s1->set_compute_seconds(0.0142);
+  s1->set_memory_bytes(512 * kMiB);
+  plan.set_bottleneck_stage(1);
+  plan.set_bottleneck_seconds(0.0142);
+  plan.set_even_split_bottleneck_seconds(0.0185);
+  plan.set_predicted_step_seconds(0.1203);
+  plan.set_predicted_bubble(0.182);
+  plan.set_explanation("stage 1 holds the loss; w-2 is the faster worker");
+  EXPECT_EQ(FormatPlan(plan),
+            "plan for job-3: 2 stages, planned in 12.0 ms\n"
+            "STAGE  LAYERS  WORKER  ADDRESS        COMPUTE  TRANSFER   MEMORY "
+            "  LIMIT\n"
+            "    0  0-3     w-1     10.0.0.5:7100  12.4 ms   1.20 ms  1.5 GiB "
+            " 16 GiB\n"
+            "    1  4       w-2     10.0.0.6:7100  14.2 ms   0.00 ms  512 MiB "
+            "      -\n"
+            "bottleneck: stage 1, 14.2 ms per micro-batch (even split: 18.5 "
+            "ms)\n"
+            "predicted:  step 120.3 ms, bubble 18.2%\n"
+            "\n"
+            "stage 1 holds the loss; w-2 is the faster worker\n");
+}
+
+TEST(FormatVersions, ShowsCommittedPerStageAndTheLatestHistory) {
+  v1::GetVersionsResponse versions;
+  versions.set_committed_version(1200);
+  versions.add_stage_versions(1203);
+  versions.add_stage_versions(1201);
+  const int64_t entries[][3] = {
+      {0, 1198, 3000}, {1, 1199, 2000}, {0, 1200, 1000}};
+  for (const auto& e : entries) {
+    v1::VersionEntry* entry = versions.add_history();
+    entry->set_stage(static_cast<int>(e[0]));
+    entry->set_step(e[1]);
+    entry->set_weight_version(e[1]);
+    entry->set_unix_ms(kNow - e[2]);
+  }
+  EXPECT_EQ(FormatVersions(versions, 1000, kNow, 2),
+            "committed version 1200\n"
+            "STAGE  VERSION\n"
+            "    0     1203\n"
+            "    1     1201\n"
+            "\n"
+            "history since step 1000 (last 2 of 3):\n"
+            "STAGE  STEP  VERSION       AGE\n"
+            "    1  1199     1199  2.0s ago\n"
+            "    0  1200     1200  1.0s ago\n");
+  EXPECT_EQ(FormatVersions(v1::GetVersionsResponse(), 0, kNow, 20),
+            "committed version 0\nno history since step 0\n");
+}
+
+TEST(FormatJobState, NamesTheStateAndStep) {
+  v1::Job job = TwoStageJob();
+  job.set_state(v1::JOB_STATE_PAUSED);
+  EXPECT_EQ(FormatJobState(job), "job-3 PAUSED at step 1125/1875\n");
+}
+
+RpcFailureContext Context(bool connected, const std::string& job_id = "") {
+  RpcFailureContext context;
+  context.target = "localhost:7000";
+  context.job_id = job_id;
+  context.connected = connected;
+  context.timeout_seconds = 10;
+  return context;
+}
+
+TEST(DescribeRpcFailure, UnreachableSchedulerNamesTheAddress) {
+  const std::string unreachable =
+      "cannot reach the scheduler at localhost:7000 (is pipetrain-scheduler "
+      "running? set --scheduler or PIPETRAIN_SCHEDULER)";
+  EXPECT_EQ(DescribeRpcFailure(absl::UnavailableError("connection refused"),
+                               Context(false)),
+            unreachable);
+  EXPECT_EQ(DescribeRpcFailure(absl::DeadlineExceededError("deadline"),
+                               Context(false, "job-3")),
+            unreachable);
+}
+
+TEST(DescribeRpcFailure, ConnectedSchedulerFailuresKeepTheirMessage) {
+  EXPECT_EQ(DescribeRpcFailure(absl::DeadlineExceededError("deadline"),
+                               Context(true)),
+            "the scheduler at localhost:7000 did not answer within 10s "
+            "(raise --timeout)");
+  EXPECT_EQ(DescribeRpcFailure(absl::UnavailableError("no idle workers"),
+                               Context(true)),
+            "no idle workers (unavailable)");
+  EXPECT_EQ(DescribeRpcFailure(
+                absl::FailedPreconditionError("job job-3 is COMPLETED\nno"),
+                Context(true, "job-3")),
+            "job job-3 is COMPLETED; no (failed precondition)");
+}
+
+TEST(DescribeRpcFailure, WrongServerIsSuspected) {
+  EXPECT_EQ(DescribeRpcFailure(absl::UnimplementedError(""), Context(true)),
+            "the server at localhost:7000 does not serve this SchedulerService "
+            "call (is --scheduler the gRPC address of a pipetrain-scheduler?)");
+}
+
+TEST(DescribeRpcFailure, MissingJobIsNamed) {
+  EXPECT_EQ(DescribeRpcFailure(absl::NotFoundError("job job-9 not found"),
+                               Context(true, "job-9")),
+            "no job 'job-9'");
+  EXPECT_EQ(DescribeRpcFailure(absl::NotFoundError(""), Context(true, "j")),
+            "no job 'j'");
+  EXPECT_EQ(DescribeRpcFailure(absl::NotFoundError("cannot open x.json"),
+                               Context(false)),
+            "cannot open x.json (not found)");
+}
+
+}  // namespace
+}  // namespace ctl
+}  // namespace pipetrain

@@ -1,0 +1,40 @@
+// `pipetrainctl watch`: follows a job until it ends, redrawing one progress
+// line on a terminal or printing a line every few seconds into a log.
+#ifndef PIPETRAIN_SERVICES_CTL_WATCH_H_
+#define PIPETRAIN_SERVICES_CTL_WATCH_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "services/ctl/scheduler_client.h"
+
+namespace pipetrain {
+namespace ctl {
+
+struct WatchOptions {
+  // Print only the final Job as JSON.
+  bool json = false;
+  double poll_seconds = 0.5;
+  // Seconds between lines when stdout is not a terminal.
+  double log_every_seconds = 5;
+  // How long a scheduler that answered before may stay unreachable.
+  double reconnect_grace_seconds = 30;
+};
+
+// Exit codes of a watch that ran to its end.
+inline constexpr int kExitJobCompleted = 0;
+inline constexpr int kExitJobFailed = 2;
+inline constexpr int kExitInterrupted = 130;
+
+// Polls GetJob until the job is COMPLETED (returns 0), FAILED or CANCELLED
+// (2), or the user presses Ctrl-C (130; the job keeps running). A failed
+// call is returned as its status, except that a scheduler that has answered
+// before may be unreachable for up to reconnect_grace_seconds.
+// Call from the main thread: installs a SIGINT handler while it runs.
+absl::StatusOr<int> WatchJob(SchedulerClient* client, const std::string& job_id,
+                             const WatchOptions& options);
+
+}  // namespace ctl
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_SERVICES_CTL_WATCH_H_

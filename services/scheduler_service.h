@@ -1,0 +1,103 @@
+// The scheduler's network edge: the SchedulerService over gRPC and the same
+// user calls as REST JSON. Both call SchedulerCore's methods, which take
+// and return the proto messages; REST maps them with protobuf's JSON
+// mapping, so no call is written twice.
+#ifndef PIPETRAIN_SERVICES_SCHEDULER_SERVICE_H_
+#define PIPETRAIN_SERVICES_SCHEDULER_SERVICE_H_
+
+#include <string>
+
+#include "common/metrics.h"
+#include "pipetrain/v1/scheduler.grpc.pb.h"
+#include "scheduler/scheduler_core.h"
+#include "services/control_queue.h"
+#include "services/http/http_server.h"
+
+namespace pipetrain {
+
+// Latency and errors of control calls, by method and transport.
+// Thread-safe.
+class ControlCallMetrics {
+ public:
+  explicit ControlCallMetrics(MetricsRegistry* registry) : registry_(registry) {}
+  void Record(const std::string& method, const char* transport,
+              double seconds, const absl::Status& status);
+
+ private:
+  MetricsRegistry* const registry_;  // borrowed, may be null
+};
+
+// HTTP status for a Status code (Google API mapping).
+int HttpStatusFor(absl::StatusCode code);
+
+// Thread-safe. Calls that talk to workers (pause, resume, cancel, evaluate)
+// run on the service's control thread, not in gRPC reactions.
+class SchedulerServiceImpl final
+    : public v1::SchedulerService::CallbackService {
+ public:
+  SchedulerServiceImpl(SchedulerCore* core, ControlCallMetrics* metrics);
+
+  grpc::ServerUnaryReactor* RegisterWorker(
+      grpc::CallbackServerContext* c, const v1::RegisterWorkerRequest* q,
+      v1::RegisterWorkerResponse* r) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* c,
+                                      const v1::HeartbeatRequest* q,
+                                      v1::HeartbeatResponse* r) override;
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* c,
+                                      const v1::SubmitJobRequest* q,
+                                      v1::Job* r) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* c,
+                                   const v1::GetJobRequest* q,
+                                   v1::Job* r) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* c,
+                                     const v1::ListJobsRequest* q,
+                                     v1::ListJobsResponse* r) override;
+  grpc::ServerUnaryReactor* PauseJob(grpc::CallbackServerContext* c,
+                                     const v1::JobActionRequest* q,
+                                     v1::Job* r) override;
+  grpc::ServerUnaryReactor* ResumeJob(grpc::CallbackServerContext* c,
+                                      const v1::JobActionRequest* q,
+                                      v1::Job* r) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* c,
+                                      const v1::JobActionRequest* q,
+                                      v1::Job* r) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* c,
+                                        const v1::ListWorkersRequest* q,
+                                        v1::ListWorkersResponse* r) override;
+  grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* c,
+                                    const v1::GetPlanRequest* q,
+                                    v1::Plan* r) override;
+  grpc::ServerUnaryReactor* GetVersions(grpc::CallbackServerContext* c,
+                                        const v1::GetVersionsRequest* q,
+                                        v1::GetVersionsResponse* r) override;
+  grpc::ServerUnaryReactor* Evaluate(grpc::CallbackServerContext* c,
+                                     const v1::EvaluateRequest* q,
+                                     v1::EvalResult* r) override;
+
+ private:
+  template <typename Req, typename Resp>
+  grpc::ServerUnaryReactor* Serve(
+      grpc::CallbackServerContext* context, const Req* request, Resp* response,
+      absl::StatusOr<Resp> (SchedulerCore::*method)(const Req&),
+      const char* name, bool talks_to_workers);
+
+  SchedulerCore* const core_;            // borrowed
+  ControlCallMetrics* const metrics_;    // borrowed
+  ControlQueue slow_calls_;
+};
+
+// Serves the user calls as REST JSON on `http`:
+//   POST /v1/jobs                       SubmitJob (body: a JobSpec)
+//   GET  /v1/jobs                       ListJobs
+//   GET  /v1/jobs/{id}                  GetJob
+//   POST /v1/jobs/{id}:pause|:resume|:cancel|:evaluate
+//   GET  /v1/jobs/{id}/plan             GetPlan
+//   GET  /v1/jobs/{id}/versions?since_step=N
+//   GET  /v1/workers                    ListWorkers
+// Errors: {"error": {"code": <http>, "status": "NOT_FOUND", "message": ...}}.
+void InstallRestGateway(HttpServer* http, SchedulerCore* core,
+                        ControlCallMetrics* metrics);
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_SERVICES_SCHEDULER_SERVICE_H_

@@ -1,0 +1,55 @@
+// The scheduler's links to the outside: driving stage workers over gRPC
+// (GrpcStageControl) and the model code for validating specs and evaluating
+// trained weights on the CPU (CpuModelSupport).
+#ifndef PIPETRAIN_SERVICES_SCHEDULER_SUPPORT_H_
+#define PIPETRAIN_SERVICES_SCHEDULER_SUPPORT_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "pipetrain/v1/stage.grpc.pb.h"
+#include "scheduler/interfaces.h"
+
+namespace pipetrain {
+
+// Thread-safe; keeps one channel per worker address.
+class GrpcStageControl final : public StageControl {
+ public:
+  absl::StatusOr<v1::ProfileResponse> Profile(
+      const std::string& address, const v1::ProfileRequest& request) override;
+  absl::StatusOr<v1::ConfigureResponse> Configure(
+      const std::string& address, const v1::StageConfig& config) override;
+  absl::StatusOr<int64_t> Train(const std::string& address,
+                                const std::string& job_id,
+                                int64_t until_step) override;
+  absl::Status Stop(const std::string& address,
+                    const std::string& job_id) override;
+  absl::StatusOr<v1::GetWeightsResponse> GetWeights(
+      const std::string& address, const std::string& job_id) override;
+
+ private:
+  v1::StageService::Stub* StubFor(const std::string& address);
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<v1::StageService::Stub>> stubs_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// Validates with the worker's own rules; evaluates on this process's CPU.
+// Thread-safe (evaluations run one at a time).
+class CpuModelSupport final : public ModelSupport {
+ public:
+  absl::Status Validate(const v1::TrainingSpec& spec) override;
+  absl::StatusOr<v1::EvalResult> Evaluate(
+      const v1::TrainingSpec& spec, const std::vector<v1::TensorProto>& weights,
+      int64_t max_samples) override;
+
+ private:
+  std::mutex mu_;
+};
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_SERVICES_SCHEDULER_SUPPORT_H_
