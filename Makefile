@@ -14,7 +14,7 @@ CMAKE_ARGS ?=
 HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 CTEST_GPU := $(if $(HAVE_GPU),,-LE gpu)
 
-.PHONY: all setup configure build test demo demo-lm bench format clean
+.PHONY: all setup configure build test demo demo-lm demo-local bench format clean
 
 all: build
 
@@ -33,12 +33,18 @@ build: configure
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_GPU)
 
+# A local cluster (scheduler + 3 workers) trains Fashion-MNIST to >= 85%.
 demo: build
+	@BUILD=$(BUILD) bash deploy/demo.sh examples/fashion_mnist_mlp.job.json 0.85
+
+# The character-level Transformer language model on the same local cluster.
+demo-lm: build
+	@BUILD=$(BUILD) bash deploy/demo.sh examples/char_transformer.job.json 0
+
+# The in-process reference trainer (one stage, no cluster).
+demo-local: build
 	@$(BUILD)/services/pipetrain-train \
 	  --job examples/fashion_mnist_mlp.job.json --min_accuracy 0.85
-
-demo-lm: build
-	@$(BUILD)/services/pipetrain-train --job examples/char_transformer.job.json
 
 bench: build
 	@for b in $(BUILD)/bench/bench_*; do echo "== $$b"; $$b || exit 1; done

@@ -53,6 +53,7 @@ int Print(const Invocation& in, const google::protobuf::Message& message,
 absl::StatusOr<int> Watch(const Invocation& in, const std::string& job_id) {
   WatchOptions options;
   options.json = in.options->json;
+  options.min_accuracy = in.options->min_accuracy;
   return WatchJob(in.client, job_id, options);
 }
 
@@ -159,6 +160,7 @@ Commands:
                      [--wire=f32|bf16]
   watch JOB_ID       follow a job until it ends (exit 0 completed, 2 failed
                      or cancelled; Ctrl-C stops watching, not the job)
+                     [--min_accuracy=A: exit 3 below that test accuracy]
   jobs               list jobs
   workers            list workers
   get JOB_ID         show a job and its stages

@@ -24,6 +24,8 @@ struct CtlOptions {
   bool json = false;
   // submit: keep watching the job.
   bool watch = false;
+  // watch / submit --watch: fail (exit 3) below this eval accuracy.
+  double min_accuracy = 0;
   // submit: flag overrides of the spec.
   JobOverrides overrides;
   // versions: history from this step on.

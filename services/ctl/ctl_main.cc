@@ -22,6 +22,8 @@ ABSL_FLAG(std::string, scheduler, "",
 ABSL_FLAG(double, timeout, 10, "Deadline of each call, in seconds");
 ABSL_FLAG(std::string, output, "table", "table or json");
 ABSL_FLAG(bool, watch, false, "submit: keep watching the job");
+ABSL_FLAG(double, min_accuracy, 0,
+          "watch: exit 3 when the completed job's test accuracy is below this");
 ABSL_FLAG(int, stages, -1,
           "submit: stages to cut the model into (0: let the planner choose; "
           "-1: as in the spec)");
@@ -58,6 +60,7 @@ std::string OptionsFromFlags(CtlOptions* options) {
   }
   options->json = output == "json";
   options->watch = absl::GetFlag(FLAGS_watch);
+  options->min_accuracy = absl::GetFlag(FLAGS_min_accuracy);
   JobOverrides& overrides = options->overrides;
   if (absl::GetFlag(FLAGS_stages) != -1) {
     overrides.num_stages = absl::GetFlag(FLAGS_stages);

@@ -174,6 +174,15 @@ absl::StatusOr<int> WatchJob(SchedulerClient* client, const std::string& job_id,
         } else {
           display.Finish(*job);
         }
+        if (job->state() == v1::JOB_STATE_COMPLETED &&
+            options.min_accuracy > 0 &&
+            job->eval().accuracy() < options.min_accuracy) {
+          std::fprintf(stderr,
+                       "pipetrainctl: test accuracy %.4f is below "
+                       "--min_accuracy %.4f\n",
+                       job->eval().accuracy(), options.min_accuracy);
+          return kExitBelowAccuracy;
+        }
         return ExitCodeFor(job->state());
       }
       if (!options.json) display.Show(*job);

@@ -19,12 +19,16 @@ struct WatchOptions {
   double log_every_seconds = 5;
   // How long a scheduler that answered before may stay unreachable.
   double reconnect_grace_seconds = 30;
+  // A completed job whose evaluation accuracy is below this exits with
+  // kExitBelowAccuracy (0 disables the check).
+  double min_accuracy = 0;
 };
 
 // Exit codes of a watch that ran to its end.
 inline constexpr int kExitJobCompleted = 0;
 inline constexpr int kExitJobFailed = 2;
 inline constexpr int kExitInterrupted = 130;
+inline constexpr int kExitBelowAccuracy = 3;
 
 // Polls GetJob until the job is COMPLETED (returns 0), FAILED or CANCELLED
 // (2), or the user presses Ctrl-C (130; the job keeps running). A failed
