@@ -80,8 +80,8 @@ class RawGemms {
     for (size_t i = n; i-- > 0;) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kWidths[i],
                   kWidths[i + 1], kBatch, 1.0f, acts_[i].data(), kWidths[i],
-                  grads_[i + 1].data(), kWidths[i + 1], 0.0f,
-                  wgrads_[i].data(), kWidths[i + 1]);
+                  grads_[i + 1].data(), kWidths[i + 1], 0.0f, wgrads_[i].data(),
+                  kWidths[i + 1]);
       if (i > 0) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kBatch, kWidths[i],
                     kWidths[i + 1], 1.0f, grads_[i + 1].data(), kWidths[i + 1],
@@ -110,7 +110,8 @@ struct Trainer {
     LayerContext loss_ctx;
     RETURN_IF_ERROR(loss->Forward(logits, labels, &loss_ctx).status());
     ASSIGN_OR_RETURN(Tensor dlogits, loss->Backward(1.0f / kBatch, &loss_ctx));
-    RETURN_IF_ERROR(model->Backward(dlogits, options, &contexts, false).status());
+    RETURN_IF_ERROR(
+        model->Backward(dlogits, options, &contexts, false).status());
     return optimizer->Step(model->params());
   }
 };
@@ -164,7 +165,8 @@ int Main() {
     const int iters = threads == 1 ? 4 : 6;
     double best_step = 1e9, best_gemm = 1e9;
     for (int round = 0; round < 3; ++round) {  // interleaved rounds
-      best_gemm = std::min(best_gemm, SecondsPerCall([&] { raw.Step(); }, iters));
+      best_gemm =
+          std::min(best_gemm, SecondsPerCall([&] { raw.Step(); }, iters));
       best_step = std::min(best_step, SecondsPerCall(step, iters));
     }
     if (!status.ok()) {
@@ -183,8 +185,8 @@ int Main() {
     json += absl::StrFormat(
         ",\"threads%d_samples_per_s\":%.1f,\"threads%d_gflops\":%.2f,"
         "\"threads%d_sgemm_gflops\":%.2f,\"threads%d_ratio\":%.3f",
-        threads, kBatch / best_step, threads, step_gflops, threads,
-        gemm_gflops, threads, ratio);
+        threads, kBatch / best_step, threads, step_gflops, threads, gemm_gflops,
+        threads, ratio);
   }
   json += absl::StrFormat(",\"ratio_vs_sgemm\":%.3f}", worst_ratio);
   std::printf("%s\n", json.c_str());

@@ -129,29 +129,34 @@ int Main() {
 
   std::printf("in-process (2 threads): %.1f ms/step = %.0f samples/s\n",
               inprocess_step * 1e3, 256 / inprocess_step);
-  std::printf("pipeline K=2 M=8 (1 thread each): %.1f ms/step = %.0f samples/s\n",
-              pipeline_step * 1e3, 256 / pipeline_step);
+  std::printf(
+      "pipeline K=2 M=8 (1 thread each): %.1f ms/step = %.0f samples/s\n",
+      pipeline_step * 1e3, 256 / pipeline_step);
   for (size_t s = 0; s < run.stages.size(); ++s) {
     const auto& st = run.stages[s];
     std::printf(
         "  stage %zu: forward %.2f ms, backward %.2f ms per micro-batch; "
         "idle %.1f%% (schedule theory %.1f%%, simulated with measured costs "
-        "%.1f%%); peak activations %.1f MiB, with re-materialization %.1f MiB\n",
+        "%.1f%%); peak activations %.1f MiB, with re-materialization %.1f "
+        "MiB\n",
         s, st.forward_seconds() * 1e3, st.backward_seconds() * 1e3,
-        100 * st.idle_fraction(), 100 * bubble, 100 * predicted.idle_fraction[s],
+        100 * st.idle_fraction(), 100 * bubble,
+        100 * predicted.idle_fraction[s],
         st.peak_activation_bytes() / 1048576.0,
         runs[1].stages[s].peak_activation_bytes() / 1048576.0);
   }
-  std::printf("schedule-predicted step %.1f ms; efficiency_vs_schedule %.3f; "
-              "ratio_vs_inprocess %.3f\n",
-              predicted.makespan * 1e3, efficiency, ratio);
+  std::printf(
+      "schedule-predicted step %.1f ms; efficiency_vs_schedule %.3f; "
+      "ratio_vs_inprocess %.3f\n",
+      predicted.makespan * 1e3, efficiency, ratio);
   std::printf(
       "%s\n",
       absl::StrFormat(
           "{\"bench\":\"pipeline\",\"inprocess_samples_per_s\":%.1f,"
           "\"pipeline_samples_per_s\":%.1f,\"predicted_step_ms\":%.2f,"
           "\"measured_step_ms\":%.2f,\"efficiency_vs_schedule\":%.3f,"
-          "\"ratio_vs_inprocess\":%.3f,\"stage0_idle\":%.3f,\"stage1_idle\":%.3f,"
+          "\"ratio_vs_inprocess\":%.3f,\"stage0_idle\":%.3f,\"stage1_idle\":%."
+          "3f,"
           "\"theoretical_bubble\":%.3f,\"stage0_peak_mib\":%.1f,"
           "\"stage0_peak_remat_mib\":%.1f}",
           256 / inprocess_step, 256 / pipeline_step, predicted.makespan * 1e3,

@@ -125,7 +125,8 @@ void TcpSink(int listen_fd) {
       uint64_t size = 0;
       if (recv(fd, &size, sizeof(size), MSG_WAITALL) != sizeof(size)) break;
       while (size > 0) {
-        const ssize_t n = recv(fd, buf.data(), std::min<uint64_t>(size, buf.size()), 0);
+        const ssize_t n =
+            recv(fd, buf.data(), std::min<uint64_t>(size, buf.size()), 0);
         if (n <= 0) break;
         size -= n;
       }
@@ -156,7 +157,8 @@ void TcpSink(int listen_fd) {
 // ---- Sender (parent process) ----
 
 // Sends `count` messages of `bytes` each; returns seconds until the last ack.
-class GrpcSender : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class GrpcSender
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   GrpcSender(std::shared_ptr<grpc::Channel> channel, int64_t bytes, int count)
       : stub_(channel), count_(count) {
@@ -177,7 +179,8 @@ class GrpcSender : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBu
     }
   }
   double Run() {
-    stub_.PrepareBidiStreamingCall(&ctx_, "/bench.Sink/Stream", grpc::StubOptions(), this);
+    stub_.PrepareBidiStreamingCall(&ctx_, "/bench.Sink/Stream",
+                                   grpc::StubOptions(), this);
     const double start = Now();
     StartRead(&ack_);
     WriteNext();
@@ -234,7 +237,8 @@ double TcpSend(int port, int64_t bytes, int count) {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(port);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    return -1;
   std::vector<char> payload(bytes, 1);
   const double start = Now();
   std::thread acks([&] {
@@ -268,7 +272,8 @@ int Main() {
   close(pipe_fds[1]);
   int ports[2];
   if (read(pipe_fds[0], ports, sizeof(ports)) != sizeof(ports)) return 1;
-  auto channel = CreatePipetrainChannel(absl::StrFormat("127.0.0.1:%d", ports[0]));
+  auto channel =
+      CreatePipetrainChannel(absl::StrFormat("127.0.0.1:%d", ports[0]));
   std::string json = "{\"bench\":\"transport\"";
   double ratio16 = 0;
   for (int64_t mib : {1, 4, 16, 64}) {
@@ -291,10 +296,13 @@ int Main() {
     const double tcp_gbs = count * bytes / best_tcp / 1e9;
     const double ratio = grpc_gbs / tcp_gbs;
     if (mib == 16) ratio16 = ratio;
-    std::printf("%3lld MiB tensors: stage stream %.2f GB/s, raw TCP %.2f GB/s, ratio %.3f\n",
-                static_cast<long long>(mib), grpc_gbs, tcp_gbs, ratio);
+    std::printf(
+        "%3lld MiB tensors: stage stream %.2f GB/s, raw TCP %.2f GB/s, ratio "
+        "%.3f\n",
+        static_cast<long long>(mib), grpc_gbs, tcp_gbs, ratio);
     json += absl::StrFormat(",\"grpc_gbps_%dmib\":%.3f,\"tcp_gbps_%dmib\":%.3f",
-                            static_cast<int>(mib), grpc_gbs, static_cast<int>(mib), tcp_gbs);
+                            static_cast<int>(mib), grpc_gbs,
+                            static_cast<int>(mib), tcp_gbs);
   }
   json += absl::StrFormat(",\"ratio_vs_tcp\":%.3f}", ratio16);
   std::printf("%s\n", json.c_str());

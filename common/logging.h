@@ -45,10 +45,10 @@ struct Voidify {
 #define PT_LOG_LEVEL_WARNING ::pipetrain::LogLevel::kWarning
 #define PT_LOG_LEVEL_ERROR ::pipetrain::LogLevel::kError
 
-#define PT_LOG(level)                                         \
-  !::pipetrain::LogEnabled(PT_LOG_LEVEL_##level)              \
-      ? (void)0                                               \
-      : ::pipetrain::logging_internal::Voidify() &            \
+#define PT_LOG(level)                                                         \
+  !::pipetrain::LogEnabled(PT_LOG_LEVEL_##level)                              \
+      ? (void)0                                                               \
+      : ::pipetrain::logging_internal::Voidify() &                            \
             ::pipetrain::LogMessage(PT_LOG_LEVEL_##level, __FILE__, __LINE__) \
                 .stream()
 

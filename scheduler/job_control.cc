@@ -21,8 +21,11 @@ int64_t NowMs() {
 
 MemoryModel MemoryFor(const v1::JobSpec& spec) {
   if (spec.training().rematerialize()) return MemoryModel::kRematerialized;
-  return spec.schedule() == v1::SCHEDULE_1F1B_FLUSH ? MemoryModel::kOneFOneB
-                                                    : MemoryModel::kGPipe;
+  // ZB-H1 holds as many micro-batches as 1F1B (until their B pass).
+  return spec.schedule() == v1::SCHEDULE_1F1B_FLUSH ||
+                 spec.schedule() == v1::SCHEDULE_ZB_H1
+             ? MemoryModel::kOneFOneB
+             : MemoryModel::kGPipe;
 }
 
 double OptimizerStateFactor(const v1::OptimizerSpec& o) {
@@ -44,6 +47,7 @@ void SchedulerCore::Loop() {
 }
 
 void SchedulerCore::Tick() {
+  FlushProgress();
   registry_->Sweep(NowMs());
   std::vector<std::string> start, finish;
   std::vector<std::pair<std::string, std::string>> fail;
@@ -75,8 +79,7 @@ void SchedulerCore::Tick() {
         } else if (r.job_id() == id && r.state() == v1::STAGE_STATE_FAILED) {
           why = absl::StrCat("stage ", s, " failed: ", r.error());
         }
-        done = done && r.job_id() == id &&
-               r.state() == v1::STAGE_STATE_DONE &&
+        done = done && r.job_id() == id && r.state() == v1::STAGE_STATE_DONE &&
                r.next_step() >= e->job.total_steps();
       }
       if (!why.empty()) {
@@ -179,7 +182,8 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanJob(
   request.optimizer_state_factor = OptimizerStateFactor(training.optimizer());
   ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(request));
   const int k = static_cast<int>(plan.stages.size());
-  auto even = EvaluatePlacement(request, EvenSplit(training.model().layers_size(), k));
+  auto even =
+      EvaluatePlacement(request, EvenSplit(training.model().layers_size(), k));
 
   v1::Plan out;
   out.set_job_id(job.id());
@@ -200,7 +204,8 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanJob(
   out.set_bottleneck_stage(plan.bottleneck_stage);
   out.set_predicted_step_seconds(plan.predicted_step_seconds);
   out.set_predicted_bubble(plan.predicted_bubble);
-  if (even.ok()) out.set_even_split_bottleneck_seconds(even->bottleneck_seconds);
+  if (even.ok())
+    out.set_even_split_bottleneck_seconds(even->bottleneck_seconds);
   out.set_explanation(absl::StrCat("profiled on ", workers[0].id(), " (",
                                    profile.device(), ")\n", plan.explanation));
   const double seconds =
@@ -232,12 +237,14 @@ absl::Status SchedulerCore::LaunchStages(const std::string& job_id,
     config.set_schedule(spec.schedule());
     config.set_wire_dtype(spec.wire_dtype());
     config.set_recv_timeout_s(options_.stage_recv_timeout_seconds);
-    ASSIGN_OR_RETURN(v1::ConfigureResponse r,
-                     control_->Configure(plan.stages(s).worker_address(), config));
+    ASSIGN_OR_RETURN(
+        v1::ConfigureResponse r,
+        control_->Configure(plan.stages(s).worker_address(), config));
     if (s == 0) steps_per_epoch = r.steps_per_epoch();
   }
   const v1::TrainingSpec& t = spec.training();
-  const int64_t total = t.steps() > 0 ? t.steps() : t.epochs() * steps_per_epoch;
+  const int64_t total =
+      t.steps() > 0 ? t.steps() : t.epochs() * steps_per_epoch;
   {
     std::lock_guard<std::mutex> lock(mu_);
     JobEntry* e = jobs_.at(job_id).get();
@@ -246,7 +253,8 @@ absl::Status SchedulerCore::LaunchStages(const std::string& job_id,
   }
   for (int s = k - 1; s >= 0; --s) {
     RETURN_IF_ERROR(
-        control_->Train(plan.stages(s).worker_address(), job_id, total).status());
+        control_->Train(plan.stages(s).worker_address(), job_id, total)
+            .status());
   }
   return absl::OkStatus();
 }
@@ -290,7 +298,8 @@ void SchedulerCore::Finish(const std::string& job_id) {
                  << ", accuracy " << eval->accuracy() << " on "
                  << eval->samples() << " samples";
   } else {
-    e->job.set_error(absl::StrCat("evaluation failed: ", eval.status().ToString()));
+    e->job.set_error(
+        absl::StrCat("evaluation failed: ", eval.status().ToString()));
   }
   SetState(e, v1::JOB_STATE_COMPLETED);
   e->busy = false;
@@ -301,7 +310,8 @@ void SchedulerCore::StopStages(const std::vector<std::string>& addresses,
   for (const std::string& address : addresses) {
     const absl::Status s = control_->Stop(address, job_id);
     if (!s.ok() && !absl::IsUnavailable(s) && !absl::IsNotFound(s)) {
-      PT_LOG(WARNING) << "stopping " << job_id << " on " << address << ": " << s;
+      PT_LOG(WARNING) << "stopping " << job_id << " on " << address << ": "
+                      << s;
     }
   }
 }
@@ -328,9 +338,9 @@ absl::StatusOr<v1::Job> SchedulerCore::PauseJob(const v1::JobActionRequest& r) {
     std::lock_guard<std::mutex> lock(mu_);
     ASSIGN_OR_RETURN(JobEntry * e, Find(r.job_id()));
     if (e->job.state() != v1::JOB_STATE_RUNNING || e->busy) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          r.job_id(), " is ", v1::JobState_Name(e->job.state()),
-          "; only a running job can be paused"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(r.job_id(), " is ", v1::JobState_Name(e->job.state()),
+                       "; only a running job can be paused"));
     }
     e->busy = true;
     addresses = e->Addresses();
@@ -349,16 +359,17 @@ absl::StatusOr<v1::Job> SchedulerCore::PauseJob(const v1::JobActionRequest& r) {
   return e->job;
 }
 
-absl::StatusOr<v1::Job> SchedulerCore::ResumeJob(const v1::JobActionRequest& r) {
+absl::StatusOr<v1::Job> SchedulerCore::ResumeJob(
+    const v1::JobActionRequest& r) {
   std::vector<std::string> addresses;
   int64_t total = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ASSIGN_OR_RETURN(JobEntry * e, Find(r.job_id()));
     if (e->job.state() != v1::JOB_STATE_PAUSED || e->busy) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          r.job_id(), " is ", v1::JobState_Name(e->job.state()),
-          "; only a paused job can be resumed"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(r.job_id(), " is ", v1::JobState_Name(e->job.state()),
+                       "; only a paused job can be resumed"));
     }
     e->busy = true;
     addresses = e->Addresses();
@@ -376,7 +387,8 @@ absl::StatusOr<v1::Job> SchedulerCore::ResumeJob(const v1::JobActionRequest& r) 
   return e->job;
 }
 
-absl::StatusOr<v1::Job> SchedulerCore::CancelJob(const v1::JobActionRequest& r) {
+absl::StatusOr<v1::Job> SchedulerCore::CancelJob(
+    const v1::JobActionRequest& r) {
   std::vector<std::string> addresses;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -388,8 +400,8 @@ absl::StatusOr<v1::Job> SchedulerCore::CancelJob(const v1::JobActionRequest& r) 
           r.job_id(), " already ended (", v1::JobState_Name(s), ")"));
     }
     if (e->busy) {
-      return absl::UnavailableError(absl::StrCat(
-          r.job_id(), " is being started or stopped; try again"));
+      return absl::UnavailableError(
+          absl::StrCat(r.job_id(), " is being started or stopped; try again"));
     }
     e->busy = true;
     addresses = e->Addresses();
@@ -413,9 +425,9 @@ absl::StatusOr<v1::EvalResult> SchedulerCore::Evaluate(
     ASSIGN_OR_RETURN(JobEntry * e, Find(r.job_id()));
     if (!e->has_plan || e->job.state() == v1::JOB_STATE_FAILED ||
         e->job.state() == v1::JOB_STATE_CANCELLED) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          r.job_id(), " has no trained stages to evaluate (state ",
-          v1::JobState_Name(e->job.state()), ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(r.job_id(), " has no trained stages to evaluate (state ",
+                       v1::JobState_Name(e->job.state()), ")"));
     }
     addresses = e->Addresses();
     spec = e->job.spec().training();

@@ -1,5 +1,4 @@
 #include "scheduler/scheduler_core.h"
-#include "scheduler/job_entry.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "scheduler/job_entry.h"
 
 namespace pipetrain {
 namespace {
@@ -125,15 +125,16 @@ void SchedulerCore::RegisterMetrics() {
         for (const auto& [id, e] : jobs_) {
           if (e->job.state() == v1::JOB_STATE_RUNNING ||
               e->job.state() == v1::JOB_STATE_PAUSED) {
-            out.push_back({{id}, static_cast<double>(e->job.committed_version())});
+            out.push_back(
+                {{id}, static_cast<double>(e->job.committed_version())});
           }
         }
         return out;
       });
-  auto planning = metrics_->GetHistogram(
-      "pipetrain_scheduler_planning_seconds",
-      "Time to profile and plan a job's partition.",
-      ExponentialBuckets(0.001, 4, 8));
+  auto planning =
+      metrics_->GetHistogram("pipetrain_scheduler_planning_seconds",
+                             "Time to profile and plan a job's partition.",
+                             ExponentialBuckets(0.001, 4, 8));
   for (const absl::Status& s : {workers, jobs, committed, planning.status()}) {
     if (!s.ok()) PT_LOG(ERROR) << "scheduler metrics: " << s;
   }
@@ -143,12 +144,14 @@ void SchedulerCore::RegisterMetrics() {
 void SchedulerCore::PersistJob(const v1::Job& job) {
   if (store_ == nullptr) return;
   const absl::Status status = store_->PutJob(job);
-  if (!status.ok()) PT_LOG(ERROR) << "cannot persist " << job.id() << ": " << status;
+  if (!status.ok())
+    PT_LOG(ERROR) << "cannot persist " << job.id() << ": " << status;
 }
 
 void SchedulerCore::SetState(JobEntry* entry, v1::JobState state) {
-  PT_LOG(INFO) << entry->job.id() << ": " << v1::JobState_Name(entry->job.state())
-               << " -> " << v1::JobState_Name(state);
+  PT_LOG(INFO) << entry->job.id() << ": "
+               << v1::JobState_Name(entry->job.state()) << " -> "
+               << v1::JobState_Name(state);
   entry->job.set_state(state);
   entry->job.set_updated_unix_ms(NowMs());
   PersistJob(entry->job);
@@ -216,13 +219,14 @@ void SchedulerCore::ApplyReport(const std::string& worker_id,
       e->job.set_loss(r.loss());
       e->job.set_accuracy(r.accuracy());
       e->recent_step_seconds.push_back(r.seconds());
-      if (e->recent_step_seconds.size() > 20) e->recent_step_seconds.pop_front();
+      if (e->recent_step_seconds.size() > 20)
+        e->recent_step_seconds.pop_front();
     }
     if (stage == 0) e->job.set_epoch(r.epoch());
   }
-  if (store_ != nullptr && !ledger.empty()) {
-    const absl::Status s = store_->AppendVersions(e->job.id(), ledger);
-    if (!s.ok()) PT_LOG(ERROR) << "version ledger: " << s;
+  if (!ledger.empty()) {
+    auto& pending = pending_versions_[e->job.id()];
+    pending.insert(pending.end(), ledger.begin(), ledger.end());
   }
   v1::StageReport& kept = e->reports[stage];
   kept = report;
@@ -239,9 +243,8 @@ void SchedulerCore::ApplyReport(const std::string& worker_id,
     p->set_worker_id(e->plan.stages(s).worker_id());
     p->set_next_step(r.next_step());
     p->set_weight_version(r.weight_version());
-    p->set_busy_fraction(r.state() == v1::STAGE_STATE_RUNNING
-                             ? 1.0 - r.idle_fraction()
-                             : 0.0);
+    p->set_busy_fraction(
+        r.state() == v1::STAGE_STATE_RUNNING ? 1.0 - r.idle_fraction() : 0.0);
     p->set_forward_seconds(r.forward_seconds());
     p->set_backward_seconds(r.backward_seconds());
     p->set_peak_activation_bytes(r.peak_activation_bytes());
@@ -256,7 +259,24 @@ void SchedulerCore::ApplyReport(const std::string& worker_id,
         mean > 0 ? e->job.spec().training().batch_size() / mean : 0);
   }
   e->job.set_updated_unix_ms(NowMs());
-  if (!ledger.empty()) PersistJob(e->job);
+  if (!ledger.empty()) dirty_jobs_.insert(e->job.id());
+}
+
+void SchedulerCore::FlushProgress() {
+  std::map<std::string, std::vector<v1::VersionEntry>> versions;
+  std::vector<v1::Job> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    versions.swap(pending_versions_);
+    for (const std::string& id : dirty_jobs_) jobs.push_back(jobs_.at(id)->job);
+    dirty_jobs_.clear();
+  }
+  if (store_ == nullptr) return;
+  for (const auto& [id, entries] : versions) {
+    const absl::Status s = store_->AppendVersions(id, entries);
+    if (!s.ok()) PT_LOG(ERROR) << "version ledger of " << id << ": " << s;
+  }
+  for (const v1::Job& job : jobs) PersistJob(job);
 }
 
 // ---- Users ----
@@ -278,15 +298,15 @@ absl::StatusOr<v1::Job> SchedulerCore::SubmitJob(
   }
   const int alive = registry_->CountAlive();
   if (spec.num_stages() > alive) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the job needs ", spec.num_stages(), " workers but only ", alive,
-        " are registered"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job needs ", spec.num_stages(), " workers but only ",
+                     alive, " are registered"));
   }
-  if (spec.schedule() != v1::SCHEDULE_GPIPE &&
-      spec.schedule() != v1::SCHEDULE_1F1B_FLUSH) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.schedule: ", v1::ScheduleKindProto_Name(spec.schedule()),
-        " is not supported yet (use SCHEDULE_GPIPE or SCHEDULE_1F1B_FLUSH)"));
+  if (spec.schedule() == v1::SCHEDULE_INTERLEAVED) {
+    return absl::InvalidArgumentError(
+        "spec.schedule: SCHEDULE_INTERLEAVED is not supported by the stage "
+        "executor yet (use SCHEDULE_GPIPE, SCHEDULE_1F1B_FLUSH or "
+        "SCHEDULE_ZB_H1)");
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto entry = std::make_unique<JobEntry>();
@@ -308,7 +328,8 @@ absl::StatusOr<v1::Job> SchedulerCore::SubmitJob(
   return out;
 }
 
-absl::StatusOr<v1::Job> SchedulerCore::GetJob(const v1::GetJobRequest& request) {
+absl::StatusOr<v1::Job> SchedulerCore::GetJob(
+    const v1::GetJobRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(JobEntry * e, Find(request.job_id()));
   return e->job;
@@ -326,15 +347,16 @@ absl::StatusOr<v1::Plan> SchedulerCore::GetPlan(const v1::GetPlanRequest& r) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(JobEntry * e, Find(r.job_id()));
   if (!e->has_plan) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        r.job_id(), " has no plan yet (state ",
-        v1::JobState_Name(e->job.state()), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(r.job_id(), " has no plan yet (state ",
+                     v1::JobState_Name(e->job.state()), ")"));
   }
   return e->plan;
 }
 
 absl::StatusOr<v1::GetVersionsResponse> SchedulerCore::GetVersions(
     const v1::GetVersionsRequest& r) {
+  FlushProgress();  // the history includes what heartbeats just reported
   v1::GetVersionsResponse out;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,6 +77,9 @@ class SchedulerCore {
   absl::StatusOr<v1::GetVersionsResponse> GetVersions(
       const v1::GetVersionsRequest& request);
   absl::StatusOr<v1::EvalResult> Evaluate(const v1::EvaluateRequest& request);
+  // Every stage's recent trace, merged, also as Chrome trace JSON.
+  absl::StatusOr<v1::GetJobTraceResponse> GetJobTrace(
+      const v1::GetJobTraceRequest& request);
 
   // True once state is loaded and the control thread runs.
   bool ready() const { return ready_.load(); }
@@ -101,6 +105,10 @@ class SchedulerCore {
   void SetState(JobEntry* entry, v1::JobState state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistJob(const v1::Job& job);
+  // Writes the ledger entries and job progress that heartbeats queued.
+  // Runs on the control thread: a disk sync never blocks a heartbeat (a
+  // network reaction) or holds mu_.
+  void FlushProgress();
   absl::StatusOr<JobEntry*> Find(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<v1::TensorProto>> FetchWeights(
@@ -109,8 +117,8 @@ class SchedulerCore {
 
   // Constant after construction.
   const SchedulerOptions options_;
-  StageControl* const control_;  // borrowed
-  ModelSupport* const model_;    // borrowed
+  StageControl* const control_;     // borrowed
+  ModelSupport* const model_;       // borrowed
   MetricsRegistry* const metrics_;  // borrowed, may be null
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<WorkerRegistry> registry_;
@@ -121,6 +129,10 @@ class SchedulerCore {
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);
   int64_t next_job_ ABSL_GUARDED_BY(mu_) = 1;
+  // Progress queued by heartbeats for FlushProgress.
+  std::map<std::string, std::vector<v1::VersionEntry>> pending_versions_
+      ABSL_GUARDED_BY(mu_);
+  std::set<std::string> dirty_jobs_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   std::atomic<bool> ready_{false};

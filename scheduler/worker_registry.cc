@@ -56,8 +56,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
   info.set_last_heartbeat_unix_ms(now_ms);
   workers_[info.id()] = info;
   Persist(info);
-  PT_LOG(INFO) << "worker " << info.id() << " registered at "
-               << info.address() << " (" << info.device() << ")";
+  PT_LOG(INFO) << "worker " << info.id() << " registered at " << info.address()
+               << " (" << info.device() << ")";
   v1::RegisterWorkerResponse out;
   out.set_worker_id(info.id());
   out.set_heartbeat_interval_seconds(options_.heartbeat_interval_seconds);

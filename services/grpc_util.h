@@ -20,7 +20,8 @@ inline constexpr int kMaxUnaryMessageBytes = 1 << 30;
 
 // Keepalive on, raised message limits.
 grpc::ChannelArguments DefaultChannelArguments();
-std::shared_ptr<grpc::Channel> CreatePipetrainChannel(const std::string& target);
+std::shared_ptr<grpc::Channel> CreatePipetrainChannel(
+    const std::string& target);
 // Applies the same limits and keepalive policy to a server.
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);
 

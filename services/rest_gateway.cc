@@ -32,10 +32,10 @@ std::string JsonEscape(const std::string& s) {
 HttpResponse ErrorResponse(const absl::Status& status) {
   HttpResponse r;
   r.status = HttpStatusFor(status.code());
-  r.body = absl::StrCat("{\"error\":{\"code\":", r.status, ",\"status\":\"",
-                        absl::StatusCodeToString(status.code()),
-                        "\",\"message\":\"",
-                        JsonEscape(std::string(status.message())), "\"}}");
+  r.body =
+      absl::StrCat("{\"error\":{\"code\":", r.status, ",\"status\":\"",
+                   absl::StatusCodeToString(status.code()), "\",\"message\":\"",
+                   JsonEscape(std::string(status.message())), "\"}}");
   return r;
 }
 
@@ -53,17 +53,18 @@ HttpResponse Respond(ControlCallMetrics* metrics, const char* method,
                      const std::function<absl::StatusOr<Resp>()>& call) {
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<Resp> result = call();
-  metrics->Record(method, "rest",
-                  std::chrono::duration<double>(
-                      std::chrono::steady_clock::now() - start)
-                      .count(),
-                  result.status());
+  metrics->Record(
+      method, "rest",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count(),
+      result.status());
   if (!result.ok()) return ErrorResponse(result.status());
   return JsonResponse(*result);
 }
 
 // A body may be empty (no fields) or a JSON object of `msg`'s fields.
-absl::Status ParseBody(const std::string& body, google::protobuf::Message* msg) {
+absl::Status ParseBody(const std::string& body,
+                       google::protobuf::Message* msg) {
   if (body.find_first_not_of(" \t\r\n") == std::string::npos) {
     return absl::OkStatus();
   }
@@ -130,6 +131,23 @@ HttpResponse GetJobs(SchedulerCore* core, ControlCallMetrics* m,
     r.set_job_id(path->id);
     return Respond<v1::Plan>(m, "GetPlan", [&] { return core->GetPlan(r); });
   }
+  if (path->tail == "trace") {
+    // The body is the Chrome trace itself, ready for chrome://tracing.
+    v1::GetJobTraceRequest r;
+    r.set_job_id(path->id);
+    r.set_last_steps(QueryInt(req.query, "last_steps"));
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<v1::GetJobTraceResponse> trace = core->GetJobTrace(r);
+    m->Record(
+        "GetJobTrace", "rest",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count(),
+        trace.status());
+    if (!trace.ok()) return ErrorResponse(trace.status());
+    HttpResponse response;
+    response.body = trace->chrome_trace_json();
+    return response;
+  }
   if (path->tail == "versions") {
     v1::GetVersionsRequest r;
     r.set_job_id(path->id);
@@ -154,7 +172,8 @@ HttpResponse PostJobs(SchedulerCore* core, ControlCallMetrics* m,
   v1::JobActionRequest action;
   action.set_job_id(path->id);
   if (path->action == "pause") {
-    return Respond<v1::Job>(m, "PauseJob", [&] { return core->PauseJob(action); });
+    return Respond<v1::Job>(m, "PauseJob",
+                            [&] { return core->PauseJob(action); });
   }
   if (path->action == "resume") {
     return Respond<v1::Job>(m, "ResumeJob",

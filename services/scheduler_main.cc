@@ -117,9 +117,9 @@ absl::Status Run() {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || grpc_port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot serve gRPC on ", absl::GetFlag(FLAGS_listen),
-        " (address in use or invalid)"));
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ",
+                                               absl::GetFlag(FLAGS_listen),
+                                               " (address in use or invalid)"));
   }
   RETURN_IF_ERROR(WritePortFile(absl::GetFlag(FLAGS_port_file),
                                 {{"grpc", grpc_port}, {"http", http->port()}}));

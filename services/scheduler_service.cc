@@ -72,11 +72,11 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Serve(
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<Resp> result = (core_->*method)(*request);
     if (result.ok()) *response = std::move(*result);
-    metrics_->Record(name, "grpc",
-                     std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count(),
-                     result.status());
+    metrics_->Record(
+        name, "grpc",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count(),
+        result.status());
     reactor->Finish(ToGrpcStatus(result.status()));
   };
   if (talks_to_workers) {
@@ -87,9 +87,9 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Serve(
   return reactor;
 }
 
-#define PT_SERVE(Method, Req, Resp, slow)                                 \
-  grpc::ServerUnaryReactor* SchedulerServiceImpl::Method(                 \
-      grpc::CallbackServerContext* c, const Req* q, Resp* r) {            \
+#define PT_SERVE(Method, Req, Resp, slow)                                    \
+  grpc::ServerUnaryReactor* SchedulerServiceImpl::Method(                    \
+      grpc::CallbackServerContext* c, const Req* q, Resp* r) {               \
     return Serve<Req, Resp>(c, q, r, &SchedulerCore::Method, #Method, slow); \
   }
 
@@ -104,8 +104,9 @@ PT_SERVE(ResumeJob, v1::JobActionRequest, v1::Job, true)
 PT_SERVE(CancelJob, v1::JobActionRequest, v1::Job, true)
 PT_SERVE(ListWorkers, v1::ListWorkersRequest, v1::ListWorkersResponse, false)
 PT_SERVE(GetPlan, v1::GetPlanRequest, v1::Plan, false)
-PT_SERVE(GetVersions, v1::GetVersionsRequest, v1::GetVersionsResponse, false)
+PT_SERVE(GetVersions, v1::GetVersionsRequest, v1::GetVersionsResponse, true)
 PT_SERVE(Evaluate, v1::EvaluateRequest, v1::EvalResult, true)
+PT_SERVE(GetJobTrace, v1::GetJobTraceRequest, v1::GetJobTraceResponse, true)
 
 #undef PT_SERVE
 

@@ -19,9 +19,10 @@ namespace pipetrain {
 // Thread-safe.
 class ControlCallMetrics {
  public:
-  explicit ControlCallMetrics(MetricsRegistry* registry) : registry_(registry) {}
-  void Record(const std::string& method, const char* transport,
-              double seconds, const absl::Status& status);
+  explicit ControlCallMetrics(MetricsRegistry* registry)
+      : registry_(registry) {}
+  void Record(const std::string& method, const char* transport, double seconds,
+              const absl::Status& status);
 
  private:
   MetricsRegistry* const registry_;  // borrowed, may be null
@@ -73,6 +74,9 @@ class SchedulerServiceImpl final
   grpc::ServerUnaryReactor* Evaluate(grpc::CallbackServerContext* c,
                                      const v1::EvaluateRequest* q,
                                      v1::EvalResult* r) override;
+  grpc::ServerUnaryReactor* GetJobTrace(grpc::CallbackServerContext* c,
+                                        const v1::GetJobTraceRequest* q,
+                                        v1::GetJobTraceResponse* r) override;
 
  private:
   template <typename Req, typename Resp>
@@ -81,8 +85,8 @@ class SchedulerServiceImpl final
       absl::StatusOr<Resp> (SchedulerCore::*method)(const Req&),
       const char* name, bool talks_to_workers);
 
-  SchedulerCore* const core_;            // borrowed
-  ControlCallMetrics* const metrics_;    // borrowed
+  SchedulerCore* const core_;          // borrowed
+  ControlCallMetrics* const metrics_;  // borrowed
   ControlQueue slow_calls_;
 };
 
@@ -93,6 +97,7 @@ class SchedulerServiceImpl final
 //   POST /v1/jobs/{id}:pause|:resume|:cancel|:evaluate
 //   GET  /v1/jobs/{id}/plan             GetPlan
 //   GET  /v1/jobs/{id}/versions?since_step=N
+//   GET  /v1/jobs/{id}/trace?last_steps=N   Chrome trace JSON
 //   GET  /v1/workers                    ListWorkers
 // Errors: {"error": {"code": <http>, "status": "NOT_FOUND", "message": ...}}.
 void InstallRestGateway(HttpServer* http, SchedulerCore* core,

@@ -51,10 +51,10 @@ absl::StatusOr<int64_t> GrpcStageControl::Train(const std::string& address,
   v1::TrainRequest request;
   request.set_job_id(job_id);
   request.set_until_step(until_step);
-  ASSIGN_OR_RETURN(v1::TrainResponse r,
-                   (Call<v1::TrainRequest, v1::TrainResponse>(
-                       StubFor(address), &v1::StageService::Stub::Train,
-                       request, 30)));
+  ASSIGN_OR_RETURN(
+      v1::TrainResponse r,
+      (Call<v1::TrainRequest, v1::TrainResponse>(
+          StubFor(address), &v1::StageService::Stub::Train, request, 30)));
   return r.until_step();
 }
 
@@ -73,6 +73,15 @@ absl::StatusOr<v1::GetWeightsResponse> GrpcStageControl::GetWeights(
   request.set_job_id(job_id);
   return Call<v1::GetWeightsRequest, v1::GetWeightsResponse>(
       StubFor(address), &v1::StageService::Stub::GetWeights, request, 120);
+}
+
+absl::StatusOr<v1::GetTraceResponse> GrpcStageControl::GetTrace(
+    const std::string& address, const std::string& job_id, int64_t since_step) {
+  v1::GetTraceRequest request;
+  request.set_job_id(job_id);
+  request.set_since_step(since_step);
+  return Call<v1::GetTraceRequest, v1::GetTraceResponse>(
+      StubFor(address), &v1::StageService::Stub::GetTrace, request, 30);
 }
 
 absl::Status CpuModelSupport::Validate(const v1::TrainingSpec& spec) {

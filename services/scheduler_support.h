@@ -29,6 +29,9 @@ class GrpcStageControl final : public StageControl {
                     const std::string& job_id) override;
   absl::StatusOr<v1::GetWeightsResponse> GetWeights(
       const std::string& address, const std::string& job_id) override;
+  absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string& address,
+                                                const std::string& job_id,
+                                                int64_t since_step) override;
 
  private:
   v1::StageService::Stub* StubFor(const std::string& address);

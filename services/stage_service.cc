@@ -30,7 +30,10 @@ void StageServiceImpl::DropCurrent() {
   }
   if (executor != nullptr) executor->Stop();
   if (downstream != nullptr) downstream->Close();
-  if (metrics_ != nullptr) metrics_->stage_index()->Set(-1);
+  if (metrics_ != nullptr) {
+    metrics_->stage_index()->Set(-1);
+    metrics_->theoretical_bubble()->Set(0);
+  }
 }
 
 std::optional<v1::StageReport> StageServiceImpl::Report(
@@ -66,9 +69,9 @@ absl::StatusOr<std::shared_ptr<StageExecutor>> StageServiceImpl::Executor(
         "this worker has no stage configured (call Configure first)");
   }
   if (executor_->config().job_id() != job_id) {
-    return absl::NotFoundError(absl::StrCat(
-        "unknown job '", job_id, "' (this worker runs job '",
-        executor_->config().job_id(), "')"));
+    return absl::NotFoundError(
+        absl::StrCat("unknown job '", job_id, "' (this worker runs job '",
+                     executor_->config().job_id(), "')"));
   }
   return executor_;
 }
@@ -86,9 +89,8 @@ absl::Status StageServiceImpl::DoConfigure(const v1::StageConfig& config,
   PT_LOG(INFO) << "configured stage " << config.stage() << "/"
                << config.num_stages() << " of job " << config.job_id()
                << ": layers [" << config.layer_begin() << ", "
-               << config.layer_end() << "), "
-               << executor->num_parameters() << " parameters on "
-               << backend_->Describe();
+               << config.layer_end() << "), " << executor->num_parameters()
+               << " parameters on " << backend_->Describe();
   std::lock_guard<std::mutex> lock(mu_);
   executor_ = std::move(executor);
   return absl::OkStatus();
@@ -101,9 +103,9 @@ absl::Status StageServiceImpl::DoTrain(const v1::TrainRequest& request,
   if (!executor->is_last()) {
     std::lock_guard<std::mutex> lock(mu_);
     if (downstream_ == nullptr) {
-      downstream_ = DownstreamStream::Open(executor->config().downstream(),
-                                           executor, metrics_,
-                                           options_.chunk_bytes);
+      downstream_ =
+          DownstreamStream::Open(executor->config().downstream(), executor,
+                                 metrics_, options_.chunk_bytes);
       executor->SetDownstream(downstream_);
     }
   }
@@ -157,8 +159,8 @@ grpc::ServerUnaryReactor* StageServiceImpl::GetStatus(
 }
 
 grpc::ServerUnaryReactor* StageServiceImpl::GetWeights(
-    grpc::CallbackServerContext* context,
-    const v1::GetWeightsRequest* request, v1::GetWeightsResponse* response) {
+    grpc::CallbackServerContext* context, const v1::GetWeightsRequest* request,
+    v1::GetWeightsResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   control_.Post([this, reactor, request, response] {
     auto executor = Executor(request->job_id());
@@ -195,6 +197,16 @@ grpc::ServerUnaryReactor* StageServiceImpl::Profile(
     }
     reactor->Finish(ToGrpcStatus(status));
   });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* StageServiceImpl::GetTrace(
+    grpc::CallbackServerContext* context, const v1::GetTraceRequest* request,
+    v1::GetTraceResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto executor = Executor(request->job_id());
+  if (executor.ok()) *response = (*executor)->Trace(request->since_step());
+  reactor->Finish(ToGrpcStatus(executor.status()));
   return reactor;
 }
 

@@ -1,5 +1,5 @@
 // The stage worker's gRPC service: control calls (Configure, Train, Stop,
-// GetStatus, GetWeights, Profile) and the Exchange stream between
+// GetStatus, GetWeights, Profile, GetTrace) and the Exchange stream between
 // neighbouring stages, on the callback API.
 //
 // A worker hosts one stage at a time; Configure replaces it. The service
@@ -22,9 +22,9 @@
 #include "pipetrain/v1/scheduler.pb.h"
 #include "pipetrain/v1/stage.grpc.pb.h"
 #include "services/control_queue.h"
-#include "worker/pipeline/stage_metrics.h"
 #include "worker/compute/backend.h"
 #include "worker/pipeline/stage_executor.h"
+#include "worker/pipeline/stage_metrics.h"
 
 namespace pipetrain {
 
@@ -42,8 +42,9 @@ using StageServiceBase = v1::StageService::WithCallbackMethod_Configure<
             v1::StageService::WithCallbackMethod_GetStatus<
                 v1::StageService::WithCallbackMethod_GetWeights<
                     v1::StageService::WithCallbackMethod_Profile<
-                        v1::StageService::WithRawCallbackMethod_Exchange<
-                            v1::StageService::Service>>>>>>>;
+                        v1::StageService::WithCallbackMethod_GetTrace<
+                            v1::StageService::WithRawCallbackMethod_Exchange<
+                                v1::StageService::Service>>>>>>>>;
 
 class StageServiceImpl final : public StageServiceBase {
  public:
@@ -75,6 +76,11 @@ class StageServiceImpl final : public StageServiceBase {
   grpc::ServerUnaryReactor* Profile(grpc::CallbackServerContext* context,
                                     const v1::ProfileRequest* request,
                                     v1::ProfileResponse* response) override;
+  // The current stage's pipeline trace from request->since_step on;
+  // answered inline (a copy of a bounded window).
+  grpc::ServerUnaryReactor* GetTrace(grpc::CallbackServerContext* context,
+                                     const v1::GetTraceRequest* request,
+                                     v1::GetTraceResponse* response) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Exchange(
       grpc::CallbackServerContext* context) override;
 

@@ -72,9 +72,8 @@ DownstreamStream::~DownstreamStream() { Close(); }
 void DownstreamStream::Close() {
   context_.TryCancel();
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return done_;
-  });
+  done_cv_.wait(lock,
+                [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
 }
 
 void DownstreamStream::Enqueue(std::vector<grpc::ByteBuffer> frames) {
@@ -92,18 +91,17 @@ absl::Status DownstreamStream::Send(StageMessage message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (broken_ || done_) {
-      return absl::UnavailableError(
-          absl::StrCat("the stream to the next stage (", address_,
-                       ") is closed"));
+      return absl::UnavailableError(absl::StrCat(
+          "the stream to the next stage (", address_, ") is closed"));
     }
   }
   if (metrics_ != nullptr) {
     metrics_->CountMessage(StageMetrics::kSent, message.kind,
                            PayloadBytes(message));
   }
-  ASSIGN_OR_RETURN(std::vector<grpc::ByteBuffer> frames,
-                   EncodeMessage(executor_->config().job_id(), message,
-                                 chunk_bytes_));
+  ASSIGN_OR_RETURN(
+      std::vector<grpc::ByteBuffer> frames,
+      EncodeMessage(executor_->config().job_id(), message, chunk_bytes_));
   Enqueue(std::move(frames));
   return absl::OkStatus();
 }
@@ -142,7 +140,8 @@ void DownstreamStream::OnReadDone(bool ok) {
 
 void DownstreamStream::OnDone(const grpc::Status& status) {
   absl::Status why = FromGrpcStatus(status);
-  if (why.ok()) why = absl::UnavailableError("the next stage closed the stream");
+  if (why.ok())
+    why = absl::UnavailableError("the next stage closed the stream");
   if (absl::IsCancelled(why) || absl::IsDeadlineExceeded(why)) {
     why = absl::UnavailableError(why.message());
   }
@@ -188,9 +187,9 @@ absl::Status UpstreamStream::Send(StageMessage message) {
     service_->metrics()->CountMessage(StageMetrics::kSent, message.kind,
                                       PayloadBytes(message));
   }
-  ASSIGN_OR_RETURN(std::vector<grpc::ByteBuffer> frames,
-                   EncodeMessage(job_id_, message,
-                                 service_->options().chunk_bytes));
+  ASSIGN_OR_RETURN(
+      std::vector<grpc::ByteBuffer> frames,
+      EncodeMessage(job_id_, message, service_->options().chunk_bytes));
   bool start = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -264,9 +263,8 @@ absl::Status UpstreamStream::HandleFrame() {
         "a stream must start with a HELLO frame naming its job");
   }
   if (h.job_id() != job_id_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("frame for job '", h.job_id(), "' on a stream of job '",
-                     job_id_, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame for job '", h.job_id(), "' on a stream of job '", job_id_, "'"));
   }
   if (!decoded.message.has_value()) return absl::OkStatus();
   return DeliverTo(executor_.get(), service_->metrics(),

@@ -32,7 +32,8 @@ absl::Status Run() {
   }
   v1::TrainingSpec spec;
   RETURN_IF_ERROR(ReadJsonFile(job, &spec));
-  if (absl::GetFlag(FLAGS_steps) > 0) spec.set_steps(absl::GetFlag(FLAGS_steps));
+  if (absl::GetFlag(FLAGS_steps) > 0)
+    spec.set_steps(absl::GetFlag(FLAGS_steps));
 
   BackendOptions options;
   ASSIGN_OR_RETURN(options.kind, ParseBackendKind(absl::GetFlag(FLAGS_device)));
@@ -40,17 +41,19 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(options));
   ASSIGN_OR_RETURN(std::unique_ptr<LocalTrainer> trainer,
                    LocalTrainer::Create(spec, backend.get()));
-  std::printf("job %s: %lld parameters, %lld steps (%lld per epoch), batch "
-              "%lld in %lld micro-batches, on %s\n",
-              spec.name().c_str(),
-              static_cast<long long>(trainer->model()->num_parameters()),
-              static_cast<long long>(trainer->total_steps()),
-              static_cast<long long>(trainer->steps_per_epoch()),
-              static_cast<long long>(spec.batch_size()),
-              static_cast<long long>(std::max<int64_t>(1, spec.micro_batches())),
-              backend->Describe().c_str());
+  std::printf(
+      "job %s: %lld parameters, %lld steps (%lld per epoch), batch "
+      "%lld in %lld micro-batches, on %s\n",
+      spec.name().c_str(),
+      static_cast<long long>(trainer->model()->num_parameters()),
+      static_cast<long long>(trainer->total_steps()),
+      static_cast<long long>(trainer->steps_per_epoch()),
+      static_cast<long long>(spec.batch_size()),
+      static_cast<long long>(std::max<int64_t>(1, spec.micro_batches())),
+      backend->Describe().c_str());
 
-  const int64_t log_every = std::max<int64_t>(1, absl::GetFlag(FLAGS_log_every));
+  const int64_t log_every =
+      std::max<int64_t>(1, absl::GetFlag(FLAGS_log_every));
   double window_loss = 0, window_acc = 0, window_secs = 0;
   int64_t window = 0;
   while (trainer->step() < trainer->total_steps()) {
@@ -67,8 +70,8 @@ absl::Status Run() {
           static_cast<long long>(trainer->step()),
           static_cast<long long>(trainer->total_steps()),
           static_cast<long long>(r.epoch),
-          100.0 * trainer->step() / trainer->total_steps(), window_loss / window,
-          100.0 * window_acc / window,
+          100.0 * trainer->step() / trainer->total_steps(),
+          window_loss / window, 100.0 * window_acc / window,
           window * spec.batch_size() / std::max(window_secs, 1e-9));
       std::fflush(stdout);
       window_loss = window_acc = window_secs = 0;

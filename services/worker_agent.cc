@@ -90,12 +90,11 @@ void WorkerAgent::Loop() {
       warned = false;
     }
     std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_for(lock,
-                     std::chrono::milliseconds(static_cast<int>(
-                         (status.ok() ? interval_s_ : 0.5) * 1000)),
-                     [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                       return stop_;
-                     })) {
+    if (cv_.wait_for(
+            lock,
+            std::chrono::milliseconds(
+                static_cast<int>((status.ok() ? interval_s_ : 0.5) * 1000)),
+            [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; })) {
       return;
     }
   }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -61,8 +62,8 @@ absl::StatusOr<v1::WorkerInfo> DescribeWorker(Backend* backend) {
   info.set_device(backend->Describe());
   int64_t memory = absl::GetFlag(FLAGS_memory_bytes);
   if (memory == 0 && backend->device() == Device::kCpu) {
-    memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
-             sysconf(_SC_PAGE_SIZE);
+    memory =
+        static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   }
   info.set_memory_bytes(memory);
   ASSIGN_OR_RETURN(double gflops, MeasureGemmGflops(backend));
@@ -84,9 +85,9 @@ absl::Status Run() {
                    StageMetrics::Create(&registry));
   std::unique_ptr<HttpServer> http;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    ASSIGN_OR_RETURN(http, HttpServer::Start(absl::GetFlag(FLAGS_metrics_host),
-                                             absl::GetFlag(FLAGS_metrics_port),
-                                             2));
+    ASSIGN_OR_RETURN(http,
+                     HttpServer::Start(absl::GetFlag(FLAGS_metrics_host),
+                                       absl::GetFlag(FLAGS_metrics_port), 2));
     ServeMetrics(http.get(), &registry);
     http->Handle("GET", "/healthz", [](const HttpRequest&) {
       HttpResponse r;
@@ -106,7 +107,23 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(v1::WorkerInfo info, DescribeWorker(backend.get()));
   StageServiceOptions options;
   options.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes));
+  const Backend* memory_source = backend.get();  // owned by `service`
   StageServiceImpl service(std::move(backend), metrics.get(), options);
+  // /metrics reads the backend: stop serving it before `service` goes,
+  // on every return path.
+  absl::Cleanup stop_http = [&http] {
+    if (http != nullptr) http->Stop();
+  };
+  RETURN_IF_ERROR(registry.AddCallbackGauge(
+      "pipetrain_stage_device_memory_bytes",
+      "Memory the stage's backend holds on its device: for cuda, GPU memory "
+      "reserved by its caching allocator; for cpu, the resident set size of "
+      "the worker process (/proc/self/statm).",
+      {"device"}, [memory_source] {
+        return std::vector<GaugeSample>{
+            {{DeviceName(memory_source->device())},
+             static_cast<double>(memory_source->MemoryBytes())}};
+      }));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder);
@@ -116,9 +133,9 @@ absl::Status Run() {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || grpc_port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot serve gRPC on ", absl::GetFlag(FLAGS_listen),
-        " (address in use or invalid)"));
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ",
+                                               absl::GetFlag(FLAGS_listen),
+                                               " (address in use or invalid)"));
   }
   const int metrics_port = http != nullptr ? http->port() : -1;
   std::string host;
@@ -137,11 +154,11 @@ absl::Status Run() {
     agent = std::make_unique<WorkerAgent>(absl::GetFlag(FLAGS_scheduler), info,
                                           &service);
   }
-  RETURN_IF_ERROR(WritePortFile(absl::GetFlag(FLAGS_port_file),
-                                {{"grpc", grpc_port}, {"metrics", metrics_port}}));
+  RETURN_IF_ERROR(
+      WritePortFile(absl::GetFlag(FLAGS_port_file),
+                    {{"grpc", grpc_port}, {"metrics", metrics_port}}));
   PT_LOG(INFO) << "pipetrain-worker serving gRPC on port " << grpc_port
-               << ", metrics on port " << metrics_port << ", device "
-               << device;
+               << ", metrics on port " << metrics_port << ", device " << device;
 
   const int signal = WaitForShutdownSignal();
   PT_LOG(INFO) << "signal " << signal << ": shutting down";

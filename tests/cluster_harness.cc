@@ -46,7 +46,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
-    const int fd = open(child->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fd =
+        open(child->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
@@ -60,8 +61,9 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     _exit(127);
   }
   child->pid_ = pid;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int>(timeout_s * 1000));
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int>(timeout_s * 1000));
   while (std::chrono::steady_clock::now() < deadline) {
     std::ifstream in(port_file);
     if (in) {
@@ -82,7 +84,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
       std::ifstream log(child->log_path_);
       std::stringstream text;
       text << log.rdbuf();
-      return absl::InternalError(absl::StrCat(binary, " exited early: ", text.str()));
+      return absl::InternalError(
+          absl::StrCat(binary, " exited early: ", text.str()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -112,9 +115,7 @@ int ChildProcess::Signal(int signal) {
   return status;
 }
 
-bool ChildProcess::Running() const {
-  return pid_ > 0 && kill(pid_, 0) == 0;
-}
+bool ChildProcess::Running() const { return pid_ > 0 && kill(pid_, 0) == 0; }
 
 absl::StatusOr<Worker> StartWorker(const std::vector<std::string>& extra_args) {
   std::vector<std::string> args = {"--listen=127.0.0.1:0", "--metrics_port=0",
@@ -167,8 +168,9 @@ absl::Status Call(const grpc::Status& status) { return FromGrpcStatus(status); }
 absl::Status AwaitStages(std::vector<Worker>& workers, int k,
                          const std::string& job, double timeout_s,
                          PipelineRun* out) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int>(timeout_s * 1000));
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int>(timeout_s * 1000));
   while (true) {
     out->stages.assign(k, v1::GetStatusResponse());
     bool done = true;
@@ -178,7 +180,8 @@ absl::Status AwaitStages(std::vector<Worker>& workers, int k,
       grpc::ClientContext ctx;
       ctx.set_deadline(DeadlineIn(10));
       v1::GetStatusResponse& status = out->stages[s];
-      absl::Status rpc = Call(workers[s].stub->GetStatus(&ctx, request, &status));
+      absl::Status rpc =
+          Call(workers[s].stub->GetStatus(&ctx, request, &status));
       if (!rpc.ok()) return rpc;
       if (status.state() == v1::STAGE_STATE_FAILED) {
         return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
@@ -240,7 +243,8 @@ PipelineRun RunPipeline(std::vector<Worker>& workers, const std::string& job,
   }
   out.status = AwaitStages(workers, k, job, options.timeout_s, &out);
   if (!out.status.ok()) return out;
-  for (const auto& r : out.stages.back().results()) out.losses.push_back(r.loss());
+  for (const auto& r : out.stages.back().results())
+    out.losses.push_back(r.loss());
   if (!options.fetch_weights) return out;
   for (int s = 0; s < k; ++s) {
     v1::GetWeightsRequest request;

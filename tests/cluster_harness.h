@@ -54,7 +54,8 @@ struct Worker {
   std::unique_ptr<v1::StageService::Stub> stub;
   std::string address;  // 127.0.0.1:port
 };
-absl::StatusOr<Worker> StartWorker(const std::vector<std::string>& extra_args = {});
+absl::StatusOr<Worker> StartWorker(
+    const std::vector<std::string>& extra_args = {});
 
 // A scheduler child and a stub to it.
 struct Scheduler {
@@ -64,7 +65,8 @@ struct Scheduler {
   int http_port = 0;
 };
 absl::StatusOr<Scheduler> StartScheduler(
-    const std::string& data_dir, const std::vector<std::string>& extra_args = {});
+    const std::string& data_dir,
+    const std::vector<std::string>& extra_args = {});
 
 // A fresh directory under /tmp, removed (recursively) on destruction.
 class TempDir {
@@ -80,8 +82,8 @@ class TempDir {
 // What a pipeline run on worker processes produced.
 struct PipelineRun {
   absl::Status status;
-  std::vector<double> losses;               // per step, from the last stage
-  std::vector<std::vector<float>> weights;  // every stage's, in order
+  std::vector<double> losses;                 // per step, from the last stage
+  std::vector<std::vector<float>> weights;    // every stage's, in order
   std::vector<v1::GetStatusResponse> stages;  // final status per stage
 };
 

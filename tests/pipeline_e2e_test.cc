@@ -24,7 +24,8 @@ using Clock = std::chrono::steady_clock;
 
 v1::TrainingSpec LoadJob(const std::string& name) {
   v1::TrainingSpec spec;
-  const absl::Status status = ReadJsonFile(SourcePath("examples/" + name), &spec);
+  const absl::Status status =
+      ReadJsonFile(SourcePath("examples/" + name), &spec);
   EXPECT_TRUE(status.ok()) << status;
   return spec;
 }
@@ -42,12 +43,13 @@ class PipelineTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { workers_.clear(); }
 
-  static RunResult Run(const v1::TrainingSpec& spec, const std::vector<int>& cuts,
+  static RunResult Run(const v1::TrainingSpec& spec,
+                       const std::vector<int>& cuts,
                        v1::DType wire = v1::DTYPE_F32) {
     PipelineOptions options;
     options.wire = wire;
-    return RunPipeline(workers_, absl::StrCat("job-", ++job_counter_), spec, cuts,
-                       options);
+    return RunPipeline(workers_, absl::StrCat("job-", ++job_counter_), spec,
+                       cuts, options);
   }
 
   static RunResult Reference(const v1::TrainingSpec& spec) {
@@ -72,14 +74,16 @@ class PipelineTest : public ::testing::Test {
     ASSERT_TRUE(got.status.ok()) << got.status;
     ASSERT_EQ(got.losses.size(), want.losses.size());
     for (size_t i = 0; i < want.losses.size(); ++i) {
-      EXPECT_NEAR(got.losses[i], want.losses[i], loss_rel * want.losses[i]) << "step " << i;
+      EXPECT_NEAR(got.losses[i], want.losses[i], loss_rel * want.losses[i])
+          << "step " << i;
     }
     ASSERT_EQ(got.weights.size(), want.weights.size());
     for (size_t p = 0; p < want.weights.size(); ++p) {
       ASSERT_EQ(got.weights[p].size(), want.weights[p].size());
       for (size_t i = 0; i < want.weights[p].size(); ++i) {
         const double w = want.weights[p][i];
-        ASSERT_NEAR(got.weights[p][i], w, weight_rel * std::max(1.0, std::fabs(w)))
+        ASSERT_NEAR(got.weights[p][i], w,
+                    weight_rel * std::max(1.0, std::fabs(w)))
             << "param " << p << " element " << i;
       }
     }
@@ -124,7 +128,8 @@ TEST_F(PipelineTest, Bf16WireStaysCloseToExact) {
 }
 
 TEST_F(PipelineTest, CharTransformerTrainsAcrossTwoAndThreeStages) {
-  for (const std::vector<int>& cuts : {std::vector<int>{2}, std::vector<int>{1, 3}}) {
+  for (const std::vector<int>& cuts :
+       {std::vector<int>{2}, std::vector<int>{1, 3}}) {
     v1::TrainingSpec spec = LoadJob("char_transformer.job.json");
     spec.set_steps(40);
     const RunResult run = Run(spec, cuts);
@@ -136,7 +141,8 @@ TEST_F(PipelineTest, CharTransformerTrainsAcrossTwoAndThreeStages) {
 }
 
 // A raw Exchange stream to a worker, as a misbehaving neighbour would open.
-class RawStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class RawStream
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   RawStream(const std::string& address, std::vector<grpc::ByteBuffer> frames)
       : stub_(CreatePipetrainChannel(address)), frames_(std::move(frames)) {
@@ -213,13 +219,20 @@ TEST_F(PipelineTest, BadInputGetsClearErrorsAndTheWorkerKeepsServing) {
     v1::ConfigureResponse response;
     const grpc::Status s = workers_[1].stub->Configure(&ctx, bad, &response);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_NE(s.error_message().find("layer range"), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find("layer range"), std::string::npos)
+        << s.error_message();
     bad = request;
-    bad.mutable_config()->mutable_spec()->mutable_model()->mutable_layers(2)->mutable_linear()->set_in_features(7);
+    bad.mutable_config()
+        ->mutable_spec()
+        ->mutable_model()
+        ->mutable_layers(2)
+        ->mutable_linear()
+        ->set_in_features(7);
     grpc::ClientContext ctx2;
     const grpc::Status s2 = workers_[1].stub->Configure(&ctx2, bad, &response);
     EXPECT_EQ(s2.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_NE(s2.error_message().find("layers[2].linear.in_features"), std::string::npos)
+    EXPECT_NE(s2.error_message().find("layers[2].linear.in_features"),
+              std::string::npos)
         << s2.error_message();
   }
   {
@@ -239,21 +252,28 @@ TEST_F(PipelineTest, BadInputGetsClearErrorsAndTheWorkerKeepsServing) {
   std::vector<Case> cases;
   {
     grpc::Slice junk(std::string("\x03\x00\x00\x00zzz", 7));
-    cases.push_back({"garbage", {grpc::ByteBuffer(&junk, 1)}, grpc::StatusCode::INVALID_ARGUMENT});
+    cases.push_back({"garbage",
+                     {grpc::ByteBuffer(&junk, 1)},
+                     grpc::StatusCode::INVALID_ARGUMENT});
   }
-  cases.push_back({"unknown job", Frames("no-such-job", 0, good), grpc::StatusCode::NOT_FOUND});
+  cases.push_back({"unknown job", Frames("no-such-job", 0, good),
+                   grpc::StatusCode::NOT_FOUND});
   StageMessage wrong_shape = good;
   wrong_shape.tensors[0] = Tensor::Host({rows, 255});
-  cases.push_back({"wrong shape", Frames("bad-input", 0, wrong_shape), grpc::StatusCode::INVALID_ARGUMENT});
+  cases.push_back({"wrong shape", Frames("bad-input", 0, wrong_shape),
+                   grpc::StatusCode::INVALID_ARGUMENT});
   StageMessage wrong_dtype = good;
   wrong_dtype.tensors[0] = Tensor::Host({rows, 256}, DType::kF16);
-  cases.push_back({"wrong dtype", Frames("bad-input", 0, wrong_dtype), grpc::StatusCode::INVALID_ARGUMENT});
+  cases.push_back({"wrong dtype", Frames("bad-input", 0, wrong_dtype),
+                   grpc::StatusCode::INVALID_ARGUMENT});
   StageMessage unknown_step = good;
   unknown_step.step = 77;
-  cases.push_back({"unknown step", Frames("bad-input", 0, unknown_step), grpc::StatusCode::INVALID_ARGUMENT});
+  cases.push_back({"unknown step", Frames("bad-input", 0, unknown_step),
+                   grpc::StatusCode::INVALID_ARGUMENT});
   StageMessage unknown_mb = good;
   unknown_mb.micro_batch = 99;
-  cases.push_back({"unknown micro-batch", Frames("bad-input", 0, unknown_mb), grpc::StatusCode::INVALID_ARGUMENT});
+  cases.push_back({"unknown micro-batch", Frames("bad-input", 0, unknown_mb),
+                   grpc::StatusCode::INVALID_ARGUMENT});
   {
     // A frame whose byte count disagrees with its tensors.
     auto frames = Frames("bad-input", 0, good);
@@ -261,7 +281,8 @@ TEST_F(PipelineTest, BadInputGetsClearErrorsAndTheWorkerKeepsServing) {
     ASSERT_TRUE(frames[1].Dump(&slices).ok());
     grpc::ByteBuffer truncated(slices.data(), 1);  // header only, no payload
     v1::FrameHeader h;
-    std::string header(reinterpret_cast<const char*>(slices[0].begin()) + 4, slices[0].size() - 4);
+    std::string header(reinterpret_cast<const char*>(slices[0].begin()) + 4,
+                       slices[0].size() - 4);
     ASSERT_TRUE(h.ParseFromString(header));
     h.set_total_bytes(h.total_bytes() + 4);
     const std::string hb = h.SerializeAsString();
@@ -270,7 +291,9 @@ TEST_F(PipelineTest, BadInputGetsClearErrorsAndTheWorkerKeepsServing) {
     bytes[1] = static_cast<char>(hb.size() >> 8);
     bytes += hb;
     grpc::Slice bad(bytes);
-    cases.push_back({"byte count", {frames[0], grpc::ByteBuffer(&bad, 1)}, grpc::StatusCode::INVALID_ARGUMENT});
+    cases.push_back({"byte count",
+                     {frames[0], grpc::ByteBuffer(&bad, 1)},
+                     grpc::StatusCode::INVALID_ARGUMENT});
   }
   for (Case& c : cases) {
     RawStream stream(workers_[1].address, std::move(c.frames));
@@ -333,10 +356,12 @@ TEST(PipelineFailure, ADeadNeighbourFailsTheStepInBoundedTime) {
     if (status.state() == v1::STAGE_STATE_FAILED) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ASSERT_EQ(status.state(), v1::STAGE_STATE_FAILED) << "still " << status.state();
+  ASSERT_EQ(status.state(), v1::STAGE_STATE_FAILED)
+      << "still " << status.state();
   EXPECT_GT(status.next_step(), 0);
   const auto code = static_cast<absl::StatusCode>(status.error_code());
-  EXPECT_TRUE(code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted)
+  EXPECT_TRUE(code == absl::StatusCode::kUnavailable ||
+              code == absl::StatusCode::kAborted)
       << status.error();
   EXPECT_LT(Clock::now() - killed, std::chrono::seconds(10));
 }

@@ -28,7 +28,9 @@ using testing_http::Send;
 
 v1::TrainingSpec MlpSpec(int64_t steps) {
   v1::TrainingSpec spec;
-  EXPECT_TRUE(ReadJsonFile(SourcePath("examples/fashion_mnist_mlp.job.json"), &spec).ok());
+  EXPECT_TRUE(
+      ReadJsonFile(SourcePath("examples/fashion_mnist_mlp.job.json"), &spec)
+          .ok());
   spec.set_steps(steps);
   spec.set_epochs(0);
   return spec;
@@ -43,7 +45,8 @@ std::string ToJsonString(const google::protobuf::Message& m) {
 class SchedulerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto s = StartScheduler(dir_.path(), {"--lease_seconds=1.5", "--heartbeat_seconds=0.2"});
+    auto s = StartScheduler(dir_.path(),
+                            {"--lease_seconds=1.5", "--heartbeat_seconds=0.2"});
     ASSERT_TRUE(s.ok()) << s.status();
     scheduler_ = std::move(*s);
     for (int i = 0; i < 3; ++i) {
@@ -64,7 +67,8 @@ class SchedulerTest : public ::testing::Test {
   }
 
   bool WaitForWorkers(int n, v1::WorkerState state, double timeout_s = 20) {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(int(timeout_s * 1000));
+    const auto deadline =
+        Clock::now() + std::chrono::milliseconds(int(timeout_s * 1000));
     while (Clock::now() < deadline) {
       int count = 0;
       const v1::ListWorkersResponse listed = ListWorkers();
@@ -85,23 +89,28 @@ class SchedulerTest : public ::testing::Test {
     return job;
   }
 
-  v1::Job WaitForState(const std::string& id, v1::JobState want, double timeout_s = 120) {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(int(timeout_s * 1000));
+  v1::Job WaitForState(const std::string& id, v1::JobState want,
+                       double timeout_s = 120) {
+    const auto deadline =
+        Clock::now() + std::chrono::milliseconds(int(timeout_s * 1000));
     v1::Job job;
     while (Clock::now() < deadline) {
       job = GetJob(id);
-      if (job.state() == want || job.state() == v1::JOB_STATE_FAILED) return job;
+      if (job.state() == want || job.state() == v1::JOB_STATE_FAILED)
+        return job;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return job;
   }
 
   // The reference: the same spec trained in-process, then evaluated.
-  static void Reference(const v1::TrainingSpec& spec, double* last_loss, EvalReport* eval) {
+  static void Reference(const v1::TrainingSpec& spec, double* last_loss,
+                        EvalReport* eval) {
     auto backend = CreateCpuBackend(1);
     auto trainer = LocalTrainer::Create(spec, backend.get());
     ASSERT_TRUE(trainer.ok());
-    for (int i = 0; i < spec.steps(); ++i) *last_loss = (*trainer)->Step()->loss;
+    for (int i = 0; i < spec.steps(); ++i)
+      *last_loss = (*trainer)->Step()->loss;
     *eval = *(*trainer)->Evaluate(spec.eval_every() > 0 ? 0 : 0);
   }
 
@@ -120,7 +129,8 @@ TEST_F(SchedulerTest, JobsSubmittedOverRestAndGrpcCompleteLikeTheReference) {
   *job_spec.mutable_training() = spec;
   job_spec.set_num_stages(3);
   // Over REST.
-  auto posted = Send(scheduler_.http_port, "POST", "/v1/jobs", ToJsonString(job_spec));
+  auto posted =
+      Send(scheduler_.http_port, "POST", "/v1/jobs", ToJsonString(job_spec));
   ASSERT_TRUE(posted.ok()) << posted.status();
   ASSERT_EQ(posted->status, 200) << posted->body;
   v1::Job rest_job;
@@ -135,13 +145,16 @@ TEST_F(SchedulerTest, JobsSubmittedOverRestAndGrpcCompleteLikeTheReference) {
   auto fetched = Send(scheduler_.http_port, "GET", "/v1/jobs/" + rest_job.id());
   ASSERT_TRUE(fetched.ok());
   EXPECT_EQ(fetched->status, 200);
-  EXPECT_NE(fetched->body.find("JOB_STATE_COMPLETED"), std::string::npos) << fetched->body;
-  auto plan = Send(scheduler_.http_port, "GET", "/v1/jobs/" + rest_job.id() + "/plan");
+  EXPECT_NE(fetched->body.find("JOB_STATE_COMPLETED"), std::string::npos)
+      << fetched->body;
+  auto plan =
+      Send(scheduler_.http_port, "GET", "/v1/jobs/" + rest_job.id() + "/plan");
   ASSERT_TRUE(plan.ok());
   v1::Plan p;
   ASSERT_TRUE(ParseJson(plan->body, &p).ok()) << plan->body;
   EXPECT_EQ(p.stages_size(), 3);
-  auto versions = Send(scheduler_.http_port, "GET", "/v1/jobs/" + rest_job.id() + "/versions");
+  auto versions = Send(scheduler_.http_port, "GET",
+                       "/v1/jobs/" + rest_job.id() + "/versions");
   ASSERT_TRUE(versions.ok());
   v1::GetVersionsResponse v;
   ASSERT_TRUE(ParseJson(versions->body, &v).ok()) << versions->body;
@@ -173,9 +186,12 @@ TEST_F(SchedulerTest, PauseHoldsTheStepAndResumeFinishes) {
     grpc::ClientContext ctx;
     ASSERT_TRUE(scheduler_.stub->SubmitJob(&ctx, q, &job).ok());
   }
-  ASSERT_EQ(WaitForState(job.id(), v1::JOB_STATE_RUNNING).state(), v1::JOB_STATE_RUNNING);
-  while (GetJob(job.id()).step() < 5) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  auto paused = Send(scheduler_.http_port, "POST", "/v1/jobs/" + job.id() + ":pause");
+  ASSERT_EQ(WaitForState(job.id(), v1::JOB_STATE_RUNNING).state(),
+            v1::JOB_STATE_RUNNING);
+  while (GetJob(job.id()).step() < 5)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto paused =
+      Send(scheduler_.http_port, "POST", "/v1/jobs/" + job.id() + ":pause");
   ASSERT_TRUE(paused.ok());
   ASSERT_EQ(paused->status, 200) << paused->body;
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
@@ -185,7 +201,8 @@ TEST_F(SchedulerTest, PauseHoldsTheStepAndResumeFinishes) {
   EXPECT_EQ(still.state(), v1::JOB_STATE_PAUSED);
   EXPECT_EQ(still.step(), held);
   EXPECT_LT(held, 400);
-  auto resumed = Send(scheduler_.http_port, "POST", "/v1/jobs/" + job.id() + ":resume");
+  auto resumed =
+      Send(scheduler_.http_port, "POST", "/v1/jobs/" + job.id() + ":resume");
   ASSERT_TRUE(resumed.ok());
   EXPECT_EQ(resumed->status, 200) << resumed->body;
   const v1::Job done = WaitForState(job.id(), v1::JOB_STATE_COMPLETED);
@@ -202,23 +219,31 @@ TEST_F(SchedulerTest, BadInputGetsTheRightCodesAndTheSchedulerKeepsServing) {
   };
   v1::JobSpec bad_spec;
   *bad_spec.mutable_training() = MlpSpec(5);
-  bad_spec.mutable_training()->mutable_model()->mutable_layers(2)->mutable_linear()->set_in_features(3);
+  bad_spec.mutable_training()
+      ->mutable_model()
+      ->mutable_layers(2)
+      ->mutable_linear()
+      ->set_in_features(3);
   v1::JobSpec too_many;
   *too_many.mutable_training() = MlpSpec(5);
   too_many.set_num_stages(5);
   const std::vector<Case> cases = {
       {"malformed JSON", "POST", "/v1/jobs", "{\"training\": ", 400, "JSON"},
-      {"unknown field", "POST", "/v1/jobs", "{\"trainingz\": {}}", 400, "trainingz"},
+      {"unknown field", "POST", "/v1/jobs", "{\"trainingz\": {}}", 400,
+       "trainingz"},
       {"unknown job", "GET", "/v1/jobs/job-999", "", 404, "job-999"},
       {"unknown action", "POST", "/v1/jobs/job-1:explode", "", 404, "explode"},
-      {"invalid spec", "POST", "/v1/jobs", ToJsonString(bad_spec), 400, "layers[2].linear.in_features"},
-      {"too many stages", "POST", "/v1/jobs", ToJsonString(too_many), 400, "needs 5 workers"},
+      {"invalid spec", "POST", "/v1/jobs", ToJsonString(bad_spec), 400,
+       "layers[2].linear.in_features"},
+      {"too many stages", "POST", "/v1/jobs", ToJsonString(too_many), 400,
+       "needs 5 workers"},
   };
   for (const Case& c : cases) {
     auto r = Send(scheduler_.http_port, c.method, c.path, c.body);
     ASSERT_TRUE(r.ok()) << c.what;
     EXPECT_EQ(r->status, c.http) << c.what << ": " << r->body;
-    EXPECT_NE(r->body.find(c.needle), std::string::npos) << c.what << ": " << r->body;
+    EXPECT_NE(r->body.find(c.needle), std::string::npos)
+        << c.what << ": " << r->body;
   }
   // The same calls over gRPC get the matching codes.
   {
@@ -226,7 +251,8 @@ TEST_F(SchedulerTest, BadInputGetsTheRightCodesAndTheSchedulerKeepsServing) {
     v1::GetJobRequest q;
     q.set_job_id("job-999");
     v1::Job r;
-    EXPECT_EQ(scheduler_.stub->GetJob(&ctx, q, &r).error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(scheduler_.stub->GetJob(&ctx, q, &r).error_code(),
+              grpc::StatusCode::NOT_FOUND);
   }
   {
     grpc::ClientContext ctx;
@@ -235,7 +261,8 @@ TEST_F(SchedulerTest, BadInputGetsTheRightCodesAndTheSchedulerKeepsServing) {
     v1::Job r;
     const grpc::Status s = scheduler_.stub->SubmitJob(&ctx, q, &r);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_NE(s.error_message().find("layers[2].linear.in_features"), std::string::npos);
+    EXPECT_NE(s.error_message().find("layers[2].linear.in_features"),
+              std::string::npos);
   }
   {
     grpc::ClientContext ctx;
@@ -262,19 +289,22 @@ TEST_F(SchedulerTest, LostWorkersAndARestartedScheduler) {
     grpc::ClientContext ctx;
     ASSERT_TRUE(scheduler_.stub->SubmitJob(&ctx, q, &job).ok());
   }
-  ASSERT_EQ(WaitForState(job.id(), v1::JOB_STATE_COMPLETED).state(), v1::JOB_STATE_COMPLETED);
+  ASSERT_EQ(WaitForState(job.id(), v1::JOB_STATE_COMPLETED).state(),
+            v1::JOB_STATE_COMPLETED);
 
   workers_[2].process->Signal(SIGKILL);
   ASSERT_TRUE(WaitForWorkers(1, v1::WORKER_STATE_LOST, 10));
 
   scheduler_.process->Signal(SIGKILL);
-  auto again = StartScheduler(dir_.path(), {"--lease_seconds=1.5", "--heartbeat_seconds=0.2"});
+  auto again = StartScheduler(
+      dir_.path(), {"--lease_seconds=1.5", "--heartbeat_seconds=0.2"});
   ASSERT_TRUE(again.ok()) << again.status();
   scheduler_ = std::move(*again);
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(5));
   v1::ListJobsResponse jobs;
-  ASSERT_TRUE(scheduler_.stub->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+  ASSERT_TRUE(
+      scheduler_.stub->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
   ASSERT_EQ(jobs.jobs_size(), 1);
   EXPECT_EQ(jobs.jobs(0).id(), job.id());
   EXPECT_EQ(jobs.jobs(0).state(), v1::JOB_STATE_COMPLETED);
@@ -283,9 +313,11 @@ TEST_F(SchedulerTest, LostWorkersAndARestartedScheduler) {
 }
 
 TEST_F(SchedulerTest, EveryMetricsEndpointPassesPromtool) {
-  std::vector<std::pair<std::string, int>> endpoints = {{"scheduler", scheduler_.http_port}};
+  std::vector<std::pair<std::string, int>> endpoints = {
+      {"scheduler", scheduler_.http_port}};
   for (size_t i = 0; i < workers_.size(); ++i) {
-    endpoints.push_back({absl::StrCat("worker", i), workers_[i].process->port("metrics")});
+    endpoints.push_back(
+        {absl::StrCat("worker", i), workers_[i].process->port("metrics")});
   }
   // Traffic first, so labelled families have samples.
   v1::SubmitJobRequest q;
@@ -296,7 +328,8 @@ TEST_F(SchedulerTest, EveryMetricsEndpointPassesPromtool) {
     grpc::ClientContext ctx;
     ASSERT_TRUE(scheduler_.stub->SubmitJob(&ctx, q, &job).ok());
   }
-  ASSERT_EQ(WaitForState(job.id(), v1::JOB_STATE_COMPLETED).state(), v1::JOB_STATE_COMPLETED);
+  ASSERT_EQ(WaitForState(job.id(), v1::JOB_STATE_COMPLETED).state(),
+            v1::JOB_STATE_COMPLETED);
   for (const auto& [name, port] : endpoints) {
     auto r = Send(port, "GET", "/metrics");
     ASSERT_TRUE(r.ok()) << name;

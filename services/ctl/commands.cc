@@ -111,6 +111,27 @@ absl::StatusOr<int> Evaluate(const Invocation& in) {
   return Print(in, eval, FormatEvalResult(eval));
 }
 
+// Writes the job's recent pipeline trace as Chrome trace JSON.
+absl::StatusOr<int> Trace(const Invocation& in) {
+  ASSIGN_OR_RETURN(v1::GetJobTraceResponse trace,
+                   in.client->GetJobTrace(in.arg, in.options->trace_steps));
+  const std::string& json = trace.chrome_trace_json();
+  if (in.options->trace_out.empty()) {
+    std::printf("%s\n", json.c_str());
+    return 0;
+  }
+  FILE* f = std::fopen(in.options->trace_out.c_str(), "w");
+  if (f == nullptr ||
+      std::fwrite(json.data(), 1, json.size(), f) != json.size()) {
+    if (f != nullptr) std::fclose(f);
+    return absl::UnavailableError("cannot write " + in.options->trace_out);
+  }
+  std::fclose(f);
+  std::printf("wrote %d events to %s (open in chrome://tracing or Perfetto)\n",
+              trace.events_size(), in.options->trace_out.c_str());
+  return 0;
+}
+
 const std::vector<Command>& Commands() {
   static const auto* const kCommands = new std::vector<Command>{
       {"submit", "JOB.json", Submit},
@@ -125,6 +146,7 @@ const std::vector<Command>& Commands() {
       {"resume", "JOB_ID", JobAction(&SchedulerClient::ResumeJob)},
       {"cancel", "JOB_ID", JobAction(&SchedulerClient::CancelJob)},
       {"evaluate", "JOB_ID", Evaluate},
+      {"trace", "JOB_ID", Trace},
   };
   return *kCommands;
 }
@@ -170,6 +192,8 @@ Commands:
   resume JOB_ID      resume a paused job
   cancel JOB_ID      cancel a job
   evaluate JOB_ID    evaluate on held-out data [--samples=N]
+  trace JOB_ID       export the recent pipeline trace as Chrome trace JSON
+                     [--steps=N] [--out=FILE]
   help               this text
 
 Flags:

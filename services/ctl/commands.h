@@ -32,6 +32,9 @@ struct CtlOptions {
   int64_t since_step = 0;
   // evaluate: held-out samples (0: all).
   int64_t eval_samples = 0;
+  // trace: recent steps to export, and the file to write (stdout if empty).
+  int64_t trace_steps = 5;
+  std::string trace_out;
 };
 
 // The help text: commands, their arguments and the global flags.

@@ -135,5 +135,17 @@ absl::StatusOr<v1::EvalResult> SchedulerClient::Evaluate(
       std::max(timeout_seconds_, kEvaluateMinSeconds));
 }
 
+absl::StatusOr<v1::GetJobTraceResponse> SchedulerClient::GetJobTrace(
+    const std::string& job_id, int64_t last_steps) {
+  v1::GetJobTraceRequest request;
+  request.set_job_id(job_id);
+  request.set_last_steps(last_steps);
+  return Call<v1::GetJobTraceResponse>(
+      [&](grpc::ClientContext* c, v1::GetJobTraceResponse* r) {
+        return stub_->GetJobTrace(c, request, r);
+      },
+      timeout_seconds_);
+}
+
 }  // namespace ctl
 }  // namespace pipetrain

@@ -44,6 +44,8 @@ class SchedulerClient {
                                           int64_t max_samples);
 
   static constexpr double kEvaluateMinSeconds = 300;
+  absl::StatusOr<v1::GetJobTraceResponse> GetJobTrace(const std::string& job_id,
+                                                      int64_t last_steps);
 
  private:
   template <typename Response>

@@ -4,7 +4,8 @@
 
 namespace pipetrain {
 
-std::shared_ptr<HostBufferPool> HostBufferPool::Create(size_t max_cached_bytes) {
+std::shared_ptr<HostBufferPool> HostBufferPool::Create(
+    size_t max_cached_bytes) {
   return std::shared_ptr<HostBufferPool>(new HostBufferPool(max_cached_bytes));
 }
 

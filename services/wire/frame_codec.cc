@@ -253,16 +253,16 @@ absl::StatusOr<DecodedFrame> FrameAssembler::Add(
   ASSIGN_OR_RETURN(MessageKind kind, KindFromProto(h.kind()));
   ASSIGN_OR_RETURN(Layout layout, LayoutOf(h));
   if (layout.total != h.total_bytes() || layout.total > kMaxMessageBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "message declares ", h.total_bytes(), " bytes but its tensors need ",
-        layout.total));
+    return absl::InvalidArgumentError(
+        absl::StrCat("message declares ", h.total_bytes(),
+                     " bytes but its tensors need ", layout.total));
   }
   const Key key{static_cast<int>(kind), h.step(), h.micro_batch()};
   auto it = partial_.find(key);
   if (it == partial_.end()) {
     if (h.offset() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "first frame of a message starts at byte ", h.offset()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("first frame of a message starts at byte ", h.offset()));
     }
     Partial p;
     p.header = h;
@@ -273,19 +273,18 @@ absl::StatusOr<DecodedFrame> FrameAssembler::Add(
     it = partial_.emplace(key, std::move(p)).first;
   }
   Partial& p = it->second;
-  if (h.offset() != p.received ||
-      h.total_bytes() != p.header.total_bytes()) {
+  if (h.offset() != p.received || h.total_bytes() != p.header.total_bytes()) {
     partial_.erase(it);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "frame at byte ", h.offset(), " out of order (expected ", p.received,
-        ")"));
+    return absl::InvalidArgumentError(absl::StrCat("frame at byte ", h.offset(),
+                                                   " out of order (expected ",
+                                                   p.received, ")"));
   }
   const int64_t payload = reader.remaining();
   if (payload > h.total_bytes() - p.received) {
     partial_.erase(it);
-    return absl::InvalidArgumentError(
-        absl::StrCat("frame carries ", payload, " bytes past the message's ",
-                     h.total_bytes()));
+    return absl::InvalidArgumentError(absl::StrCat("frame carries ", payload,
+                                                   " bytes past the message's ",
+                                                   h.total_bytes()));
   }
   reader.Read(static_cast<char*>(p.storage->data()) + p.received, payload);
   p.received += payload;
@@ -300,9 +299,9 @@ absl::StatusOr<DecodedFrame> FrameAssembler::Add(
   for (int i = 0; i < h.tensors_size(); ++i) {
     const v1::TensorMeta& meta = h.tensors(i);
     ASSIGN_OR_RETURN(DType dtype, FromProto(meta.dtype()));
-    message.tensors.emplace_back(p.storage,
-                                 Shape(meta.shape().begin(), meta.shape().end()),
-                                 dtype, static_cast<size_t>(layout.offsets[i]));
+    message.tensors.emplace_back(
+        p.storage, Shape(meta.shape().begin(), meta.shape().end()), dtype,
+        static_cast<size_t>(layout.offsets[i]));
   }
   partial_.erase(it);
   out.message = std::move(message);

@@ -45,8 +45,8 @@ TEST(FrameCodec, MessagesSurviveChunkingAcrossTensorBoundaries) {
   in.weight_version = 7;
   // An odd-sized bf16 tensor forces an alignment gap before the labels.
   in.tensors = {Iota({5, 7}, DType::kBF16), Iota({5})};
-  for (size_t chunk : {size_t{8}, size_t{24}, size_t{72}, size_t{1000},
-                       kDefaultChunkBytes}) {
+  for (size_t chunk :
+       {size_t{8}, size_t{24}, size_t{72}, size_t{1000}, kDefaultChunkBytes}) {
     int frames = 0;
     StageMessage out = RoundTrip(in, chunk, &frames);
     EXPECT_EQ(frames, static_cast<int>((92 + chunk - 1) / chunk)) << chunk;
@@ -99,7 +99,10 @@ TEST(FrameCodec, NormMessagesHaveNoPayload) {
 
 TEST(FrameCodec, MalformedFramesAreRejected) {
   FrameAssembler assembler;
-  grpc::Slice junk(std::string("\xff\xff\xff\x7f" "abc", 7));
+  grpc::Slice junk(
+      std::string("\xff\xff\xff\x7f"
+                  "abc",
+                  7));
   EXPECT_EQ(assembler.Add(grpc::ByteBuffer(&junk, 1)).status().code(),
             absl::StatusCode::kInvalidArgument);
 

@@ -1,9 +1,24 @@
 #include "worker/compute/backend.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace pipetrain {
+
+int64_t Backend::MemoryBytes() const {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return -1;
+  long total_pages = 0;
+  long resident_pages = 0;
+  const int fields = std::fscanf(f, "%ld %ld", &total_pages, &resident_pages);
+  std::fclose(f);
+  if (fields != 2) return -1;
+  return static_cast<int64_t>(resident_pages) * sysconf(_SC_PAGESIZE);
+}
 
 absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name) {
   if (name == "auto") return BackendKind::kAuto;

@@ -37,11 +37,18 @@ class Backend {
   virtual std::string Describe() const = 0;
 
   // ---- Memory ----
+  // Bytes this backend holds on its device, for monitoring. The default
+  // (CPU, whose device is host memory) is the resident set size of the
+  // whole process from /proc/self/statm; the CUDA backend reports the GPU
+  // memory its caching allocator reserved from the driver. -1 when
+  // unknown. Thread-safe.
+  virtual int64_t MemoryBytes() const;
   // A new tensor on this device. Contents are zero.
   virtual absl::StatusOr<Tensor> Allocate(const Shape& shape) = 0;
   // Like Allocate, but the contents are unspecified (cheaper).
   virtual absl::StatusOr<Tensor> AllocateUninitialized(const Shape& shape) = 0;
-  virtual absl::Status CopyFromHost(const float* host, int64_t n, float* dst) = 0;
+  virtual absl::Status CopyFromHost(const float* host, int64_t n,
+                                    float* dst) = 0;
   virtual absl::Status CopyToHost(const float* src, int64_t n, float* host) = 0;
   virtual absl::Status Copy(const float* src, int64_t n, float* dst) = 0;
   // Waits for every issued operation to finish.
@@ -55,11 +62,13 @@ class Backend {
                             const float* b, int64_t ldb, float beta, float* c,
                             int64_t ldc) = 0;
   // `batch` independent Gemms; matrix i starts at a + i*stride_a, etc.
-  virtual absl::Status GemmStridedBatched(
-      bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-      const float* a, int64_t lda, int64_t stride_a, const float* b,
-      int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
-      int64_t stride_c, int64_t batch) = 0;
+  virtual absl::Status GemmStridedBatched(bool trans_a, bool trans_b, int64_t m,
+                                          int64_t n, int64_t k, float alpha,
+                                          const float* a, int64_t lda,
+                                          int64_t stride_a, const float* b,
+                                          int64_t ldb, int64_t stride_b,
+                                          float beta, float* c, int64_t ldc,
+                                          int64_t stride_c, int64_t batch) = 0;
 
   // ---- Element-wise ----
   virtual absl::Status Fill(float* x, int64_t n, float value) = 0;

@@ -73,9 +73,8 @@ PT_HOST_DEVICE inline void SgdStep(float* w, float g, float* m, float lr,
 // AdamW (decoupled weight decay). bias1 = 1 - beta1^t, bias2 = 1 - beta2^t.
 PT_HOST_DEVICE inline void AdamWStep(float* w, float g, float* m, float* v,
                                      float lr, float beta1, float beta2,
-                                     float eps, float weight_decay,
-                                     float bias1, float bias2,
-                                     float grad_scale) {
+                                     float eps, float weight_decay, float bias1,
+                                     float bias2, float grad_scale) {
   const float grad = g * grad_scale;
   *m = beta1 * *m + (1.0f - beta1) * grad;
   *v = beta2 * *v + (1.0f - beta2) * grad * grad;

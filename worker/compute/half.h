@@ -24,7 +24,8 @@ PT_HOST_DEVICE inline float BitsToFloat(uint32_t u) {
 
 PT_HOST_DEVICE inline uint16_t FloatToBf16(float f) {
   const uint32_t u = FloatBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40u);
   const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>((u + rounding) >> 16);
 }
@@ -37,7 +38,7 @@ PT_HOST_DEVICE inline uint16_t FloatToHalf(float f) {
   const uint32_t u = FloatBits(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // Inf
   if (abs < 0x38800000u) {
     // Subnormal half (or zero): shift the implicit-one mantissa into place.

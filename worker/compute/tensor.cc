@@ -49,7 +49,10 @@ std::string ShapeToString(const Shape& shape) {
 
 Storage::Storage(void* data, size_t bytes, Device device,
                  std::function<void(void*, size_t)> deleter)
-    : data_(data), bytes_(bytes), device_(device), deleter_(std::move(deleter)) {}
+    : data_(data),
+      bytes_(bytes),
+      device_(device),
+      deleter_(std::move(deleter)) {}
 
 Storage::~Storage() {
   if (deleter_) deleter_(data_, bytes_);
@@ -63,7 +66,8 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype,
       byte_offset_(byte_offset) {}
 
 Tensor Tensor::Host(Shape shape, DType dtype) {
-  const size_t bytes = std::max<size_t>(NumElements(shape) * DTypeSize(dtype), 1);
+  const size_t bytes =
+      std::max<size_t>(NumElements(shape) * DTypeSize(dtype), 1);
   void* data = std::calloc(bytes, 1);
   auto storage = std::make_shared<Storage>(
       data, bytes, Device::kCpu, [](void* p, size_t) { std::free(p); });
@@ -88,9 +92,9 @@ absl::StatusOr<Tensor> Tensor::Reshaped(Shape shape) const {
 
 absl::StatusOr<Tensor> Tensor::SliceRows(int64_t begin, int64_t end) const {
   if (shape_.empty() || begin < 0 || end > shape_[0] || begin > end) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rows [", begin, ", ", end, ") out of range for ",
-                     ShapeToString(shape_)));
+    return absl::InvalidArgumentError(absl::StrCat("rows [", begin, ", ", end,
+                                                   ") out of range for ",
+                                                   ShapeToString(shape_)));
   }
   Shape shape = shape_;
   shape[0] = end - begin;

@@ -56,8 +56,8 @@ class Storage {
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype = DType::kF32,
-         size_t byte_offset = 0);
+  Tensor(std::shared_ptr<Storage> storage, Shape shape,
+         DType dtype = DType::kF32, size_t byte_offset = 0);
 
   // A new zero-filled host (CPU) tensor.
   static Tensor Host(Shape shape, DType dtype = DType::kF32);

@@ -13,8 +13,9 @@
 
 namespace pipetrain {
 
-absl::StatusOr<std::unique_ptr<CausalSelfAttention>> CausalSelfAttention::Create(
-    Backend* backend, int64_t dim, int64_t heads, uint64_t init_seed) {
+absl::StatusOr<std::unique_ptr<CausalSelfAttention>>
+CausalSelfAttention::Create(Backend* backend, int64_t dim, int64_t heads,
+                            uint64_t init_seed) {
   std::unique_ptr<CausalSelfAttention> layer(
       new CausalSelfAttention(backend, dim, heads));
   ASSIGN_OR_RETURN(layer->qkv_,
@@ -42,17 +43,18 @@ absl::StatusOr<Tensor> CausalSelfAttention::Forward(
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   LayerContext qkv_ctx;
   ASSIGN_OR_RETURN(Tensor qkv, qkv_->Forward(x, options, &qkv_ctx));
-  ASSIGN_OR_RETURN(Tensor probs, backend_->AllocateUninitialized({batch, h, t, t}));
+  ASSIGN_OR_RETURN(Tensor probs,
+                   backend_->AllocateUninitialized({batch, h, t, t}));
   ASSIGN_OR_RETURN(Tensor attn, backend_->AllocateUninitialized({batch, t, d}));
   for (int64_t b = 0; b < batch; ++b) {
     const float* q = qkv.f32() + b * t * 3 * d;
     float* s = probs.f32() + b * h * t * t;
-    RETURN_IF_ERROR(backend_->GemmStridedBatched(
-        false, true, t, t, dh, scale, q, 3 * d, dh, q + d, 3 * d, dh, 0.0f, s,
-        t, t * t, h));
+    RETURN_IF_ERROR(backend_->GemmStridedBatched(false, true, t, t, dh, scale,
+                                                 q, 3 * d, dh, q + d, 3 * d, dh,
+                                                 0.0f, s, t, t * t, h));
   }
-  RETURN_IF_ERROR(backend_->SoftmaxForward(batch * h * t, t, t, probs.f32(),
-                                           probs.f32()));
+  RETURN_IF_ERROR(
+      backend_->SoftmaxForward(batch * h * t, t, t, probs.f32(), probs.f32()));
   for (int64_t b = 0; b < batch; ++b) {
     const float* v = qkv.f32() + b * t * 3 * d + 2 * d;
     const float* p = probs.f32() + b * h * t * t;
@@ -74,13 +76,40 @@ absl::StatusOr<Tensor> CausalSelfAttention::Forward(
 absl::StatusOr<Tensor> CausalSelfAttention::Backward(
     const Tensor& dy, const ForwardOptions& options, LayerContext* ctx,
     bool need_dx) {
+  return InputBackward(BackwardMode::kFull, dy, options, ctx, need_dx);
+}
+
+absl::StatusOr<Tensor> CausalSelfAttention::BackwardInput(
+    const Tensor& dy, const ForwardOptions& options, LayerContext* ctx,
+    bool need_dx) {
+  ASSIGN_OR_RETURN(Tensor dx, InputBackward(BackwardMode::kInputOnly, dy,
+                                            options, ctx, need_dx));
+  // W needs only the projections' contexts, not qkv and the probabilities.
+  ctx->saved.clear();
+  return dx;
+}
+
+absl::Status CausalSelfAttention::BackwardWeight(const ForwardOptions& options,
+                                                 LayerContext* ctx) {
+  if (ctx->children.size() != 2) {
+    return absl::FailedPreconditionError(
+        "attention: BackwardWeight needs a BackwardInput on the same context");
+  }
+  // The full backward's order: the output projection, then qkv.
+  RETURN_IF_ERROR(out_->BackwardWeight(options, &ctx->children[1]));
+  return qkv_->BackwardWeight(options, &ctx->children[0]);
+}
+
+absl::StatusOr<Tensor> CausalSelfAttention::InputBackward(
+    BackwardMode mode, const Tensor& dy, const ForwardOptions& options,
+    LayerContext* ctx, bool need_dx) {
   const Tensor& qkv = ctx->saved.at(0);
   const Tensor& probs = ctx->saved.at(1);
   const int64_t batch = qkv.dim(0), t = qkv.dim(1), d = dim_, h = heads_;
   const int64_t dh = d / h;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  ASSIGN_OR_RETURN(Tensor dattn,
-                   out_->Backward(dy, options, &ctx->children.at(1), true));
+  ASSIGN_OR_RETURN(Tensor dattn, RunBackward(out_.get(), mode, dy, options,
+                                             &ctx->children.at(1), true));
   ASSIGN_OR_RETURN(Tensor dprobs,
                    backend_->AllocateUninitialized({batch, h, t, t}));
   ASSIGN_OR_RETURN(Tensor dqkv, backend_->AllocateUninitialized(qkv.shape()));
@@ -113,7 +142,8 @@ absl::StatusOr<Tensor> CausalSelfAttention::Backward(
                                                  ds, t, t * t, q, 3 * d, dh,
                                                  0.0f, dq + d, 3 * d, dh, h));
   }
-  return qkv_->Backward(dqkv, options, &ctx->children.at(0), need_dx);
+  return RunBackward(qkv_.get(), mode, dqkv, options, &ctx->children.at(0),
+                     need_dx);
 }
 
 absl::StatusOr<std::unique_ptr<TransformerBlock>> TransformerBlock::Create(
@@ -121,14 +151,16 @@ absl::StatusOr<std::unique_ptr<TransformerBlock>> TransformerBlock::Create(
     uint64_t seed, int64_t layer_index) {
   std::unique_ptr<TransformerBlock> block(new TransformerBlock(backend));
   ASSIGN_OR_RETURN(auto ln1, LayerNorm::Create(backend, dim, 1e-5f));
-  ASSIGN_OR_RETURN(auto attn,
-                   CausalSelfAttention::Create(
-                       backend, dim, heads, LayerInitSeed(seed, layer_index, 1)));
+  ASSIGN_OR_RETURN(
+      auto attn, CausalSelfAttention::Create(
+                     backend, dim, heads, LayerInitSeed(seed, layer_index, 1)));
   ASSIGN_OR_RETURN(auto ln2, LayerNorm::Create(backend, dim, 1e-5f));
-  ASSIGN_OR_RETURN(auto fc1, Linear::Create(backend, dim, mlp_dim, true,
-                                            LayerInitSeed(seed, layer_index, 2)));
-  ASSIGN_OR_RETURN(auto fc2, Linear::Create(backend, mlp_dim, dim, true,
-                                            LayerInitSeed(seed, layer_index, 3)));
+  ASSIGN_OR_RETURN(auto fc1,
+                   Linear::Create(backend, dim, mlp_dim, true,
+                                  LayerInitSeed(seed, layer_index, 2)));
+  ASSIGN_OR_RETURN(auto fc2,
+                   Linear::Create(backend, mlp_dim, dim, true,
+                                  LayerInitSeed(seed, layer_index, 3)));
   block->attn_branch_.push_back(std::move(ln1));
   block->attn_branch_.push_back(std::move(attn));
   block->mlp_branch_.push_back(std::move(ln2));
@@ -165,14 +197,16 @@ absl::StatusOr<Tensor> ResidualForward(
   return h;
 }
 
-// Gradient through x + branch(x): dy + branch^T(dy).
+// Gradient through x + branch(x): dy + branch^T(dy), running the `mode`
+// (kFull or kInputOnly) part of each sub-layer's backward.
 absl::StatusOr<Tensor> ResidualBackward(
     Backend* backend, const std::vector<std::unique_ptr<Layer>>& branch,
-    const Tensor& dy, const ForwardOptions& options, LayerContext* contexts,
-    bool need_dx) {
+    BackwardMode mode, const Tensor& dy, const ForwardOptions& options,
+    LayerContext* contexts, bool need_dx) {
   Tensor g = dy;
   for (size_t i = branch.size(); i-- > 0;) {
-    ASSIGN_OR_RETURN(g, branch[i]->Backward(g, options, &contexts[i], true));
+    ASSIGN_OR_RETURN(
+        g, RunBackward(branch[i].get(), mode, g, options, &contexts[i], true));
   }
   if (!need_dx) return Tensor();
   RETURN_IF_ERROR(backend->Add(dy.numel(), dy.f32(), g.f32(), g.f32()));
@@ -189,8 +223,8 @@ absl::StatusOr<Tensor> TransformerBlock::Forward(const Tensor& x,
     ctx->children.clear();
     children = &ctx->children;
   }
-  ASSIGN_OR_RETURN(Tensor h,
-                   ResidualForward(backend_, attn_branch_, x, options, children));
+  ASSIGN_OR_RETURN(
+      Tensor h, ResidualForward(backend_, attn_branch_, x, options, children));
   return ResidualForward(backend_, mlp_branch_, h, options, children);
 }
 
@@ -198,12 +232,43 @@ absl::StatusOr<Tensor> TransformerBlock::Backward(const Tensor& dy,
                                                   const ForwardOptions& options,
                                                   LayerContext* ctx,
                                                   bool need_dx) {
+  return InputBackward(BackwardMode::kFull, dy, options, ctx, need_dx);
+}
+
+absl::StatusOr<Tensor> TransformerBlock::BackwardInput(
+    const Tensor& dy, const ForwardOptions& options, LayerContext* ctx,
+    bool need_dx) {
+  return InputBackward(BackwardMode::kInputOnly, dy, options, ctx, need_dx);
+}
+
+absl::StatusOr<Tensor> TransformerBlock::InputBackward(
+    BackwardMode mode, const Tensor& dy, const ForwardOptions& options,
+    LayerContext* ctx, bool need_dx) {
   LayerContext* contexts = ctx->children.data();
   ASSIGN_OR_RETURN(Tensor dh,
-                   ResidualBackward(backend_, mlp_branch_, dy, options,
+                   ResidualBackward(backend_, mlp_branch_, mode, dy, options,
                                     contexts + attn_branch_.size(), true));
-  return ResidualBackward(backend_, attn_branch_, dh, options, contexts,
+  return ResidualBackward(backend_, attn_branch_, mode, dh, options, contexts,
                           need_dx);
+}
+
+absl::Status TransformerBlock::BackwardWeight(const ForwardOptions& options,
+                                              LayerContext* ctx) {
+  const size_t n = attn_branch_.size() + mlp_branch_.size();
+  if (ctx->children.size() != n) {
+    return absl::FailedPreconditionError(
+        "transformer_block: BackwardWeight needs a BackwardInput on the same "
+        "context");
+  }
+  // The full backward's order: the MLP branch, then attention, each from
+  // its last sub-layer.
+  for (size_t i = n; i-- > 0;) {
+    Layer* layer = i < attn_branch_.size()
+                       ? attn_branch_[i].get()
+                       : mlp_branch_[i - attn_branch_.size()].get();
+    RETURN_IF_ERROR(layer->BackwardWeight(options, &ctx->children[i]));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pipetrain

@@ -15,13 +15,14 @@ absl::StatusOr<std::unique_ptr<Embedding>> Embedding::Create(
   const float bound = 0.02f * std::sqrt(3.0f);
   ASSIGN_OR_RETURN(layer->tokens_, MakeParam(backend, "tokens", {vocab, dim},
                                              init_seed, 0, bound));
-  ASSIGN_OR_RETURN(layer->positions_,
-                   MakeParam(backend, "positions", {max_seq_len, dim},
-                             init_seed, 1, bound));
+  ASSIGN_OR_RETURN(
+      layer->positions_,
+      MakeParam(backend, "positions", {max_seq_len, dim}, init_seed, 1, bound));
   return layer;
 }
 
-absl::StatusOr<Tensor> Embedding::Forward(const Tensor& x, const ForwardOptions&,
+absl::StatusOr<Tensor> Embedding::Forward(const Tensor& x,
+                                          const ForwardOptions&,
                                           LayerContext* ctx) {
   if (x.rank() != 2 || x.dim(1) > max_seq_len_ || x.dim(1) < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -39,12 +40,15 @@ absl::StatusOr<Tensor> Embedding::Forward(const Tensor& x, const ForwardOptions&
   return y;
 }
 
-absl::StatusOr<Tensor> Embedding::Backward(const Tensor& dy,
-                                           const ForwardOptions&,
-                                           LayerContext* ctx, bool) {
-  const Tensor& ids = ctx->saved.at(0);
+absl::Status Embedding::AccumulateTableGrads(const Tensor& ids,
+                                             const Tensor& dy) {
   const int64_t batch = ids.dim(0);
   const int64_t t = ids.dim(1);
+  if (dy.numel() != batch * t * dim_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "embedding backward: gradient shape ", ShapeToString(dy.shape()),
+        " does not match [", batch, ", ", t, ", ", dim_, "]"));
+  }
   for (Param* p : {&tokens_, &positions_}) {
     if (p->grad_fresh) {
       RETURN_IF_ERROR(backend_->Fill(p->grad.f32(), p->grad.numel(), 0.0f));
@@ -53,9 +57,35 @@ absl::StatusOr<Tensor> Embedding::Backward(const Tensor& dy,
   }
   RETURN_IF_ERROR(backend_->EmbeddingBackward(batch * t, dim_, ids.f32(),
                                               dy.f32(), tokens_.grad.f32()));
-  RETURN_IF_ERROR(backend_->ColumnSum(batch, t * dim_, dy.f32(), 1.0f,
-                                      positions_.grad.f32()));
+  return backend_->ColumnSum(batch, t * dim_, dy.f32(), 1.0f,
+                             positions_.grad.f32());
+}
+
+absl::StatusOr<Tensor> Embedding::Backward(const Tensor& dy,
+                                           const ForwardOptions&,
+                                           LayerContext* ctx, bool) {
+  RETURN_IF_ERROR(AccumulateTableGrads(ctx->saved.at(0), dy));
   return Tensor();
+}
+
+absl::StatusOr<Tensor> Embedding::BackwardInput(const Tensor& dy,
+                                                const ForwardOptions&,
+                                                LayerContext* ctx, bool) {
+  // No dx (ids are not differentiable); W needs the ids and dy.
+  ctx->saved.resize(2);
+  ctx->saved[1] = dy;
+  return Tensor();
+}
+
+absl::Status Embedding::BackwardWeight(const ForwardOptions&,
+                                       LayerContext* ctx) {
+  if (ctx->saved.size() != 2) {
+    return absl::FailedPreconditionError(
+        "embedding: BackwardWeight needs a BackwardInput on the same context");
+  }
+  RETURN_IF_ERROR(AccumulateTableGrads(ctx->saved[0], ctx->saved[1]));
+  ctx->saved.clear();
+  return absl::OkStatus();
 }
 
 }  // namespace pipetrain

@@ -5,6 +5,37 @@
 
 namespace pipetrain {
 
+absl::StatusOr<Tensor> Layer::BackwardInput(const Tensor& dy,
+                                            const ForwardOptions& options,
+                                            LayerContext* ctx, bool need_dx) {
+  ASSIGN_OR_RETURN(Tensor dx, Backward(dy, options, ctx, need_dx));
+  // Nothing is left for the weight pass: free the activations now, which
+  // is what lets a zero-bubble stage hold less between B and W.
+  ctx->saved.clear();
+  ctx->children.clear();
+  return dx;
+}
+
+absl::Status Layer::BackwardWeight(const ForwardOptions&, LayerContext*) {
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> RunBackward(Layer* layer, BackwardMode mode,
+                                   const Tensor& dy,
+                                   const ForwardOptions& options,
+                                   LayerContext* ctx, bool need_dx) {
+  switch (mode) {
+    case BackwardMode::kFull:
+      return layer->Backward(dy, options, ctx, need_dx);
+    case BackwardMode::kInputOnly:
+      return layer->BackwardInput(dy, options, ctx, need_dx);
+    case BackwardMode::kWeightOnly:
+      RETURN_IF_ERROR(layer->BackwardWeight(options, ctx));
+      return Tensor();
+  }
+  return absl::InvalidArgumentError("unknown backward mode");
+}
+
 void ZeroGrads(const std::vector<Param*>& params) {
   for (Param* p : params) p->grad_fresh = true;
 }
@@ -25,7 +56,8 @@ absl::StatusOr<Param> MakeParam(Backend* backend, std::string name,
     v[i] = bound == 0.0f
                ? constant
                : (2.0f * math::UniformAt(stream, static_cast<uint64_t>(i)) -
-                  1.0f) * bound;
+                  1.0f) *
+                     bound;
   }
   Param p;
   p.name = std::move(name);

@@ -41,6 +41,11 @@ struct LayerContext {
   std::vector<LayerContext> children;
 };
 
+// Which part of a backward pass to run. Zero-bubble schedules split the
+// full backward (kFull) into B (kInputOnly: dL/dx, which the previous stage
+// waits for) and W (kWeightOnly: the parameter gradients, which can wait).
+enum class BackwardMode { kFull, kInputOnly, kWeightOnly };
+
 // Per-call options of a forward pass.
 struct ForwardOptions {
   bool training = true;
@@ -68,9 +73,31 @@ class Layer {
                                           const ForwardOptions& options,
                                           LayerContext* ctx, bool need_dx) = 0;
 
+  // The input half of Backward (B): returns dL/dx (empty when `need_dx` is
+  // false) and keeps in `ctx` what BackwardWeight needs, dropping what it
+  // does not. BackwardInput followed by BackwardWeight on the same `ctx`
+  // leaves exactly the gradients Backward would. The default, for layers
+  // without parameters, is Backward itself (releasing `ctx`).
+  virtual absl::StatusOr<Tensor> BackwardInput(const Tensor& dy,
+                                               const ForwardOptions& options,
+                                               LayerContext* ctx, bool need_dx);
+
+  // The weight half of Backward (W): accumulates the parameter gradients
+  // from what BackwardInput left in `ctx`. The default does nothing.
+  virtual absl::Status BackwardWeight(const ForwardOptions& options,
+                                      LayerContext* ctx);
+
   // The layer's parameters (borrowed; owned by the layer).
   virtual std::vector<Param*> params() { return {}; }
 };
+
+// Runs the `mode` part of `layer`'s backward pass; kWeightOnly ignores `dy`
+// and `need_dx` and returns an empty tensor. For composite layers and
+// models that walk their parts in one mode.
+absl::StatusOr<Tensor> RunBackward(Layer* layer, BackwardMode mode,
+                                   const Tensor& dy,
+                                   const ForwardOptions& options,
+                                   LayerContext* ctx, bool need_dx);
 
 // Marks every gradient as empty; the next backward overwrites it.
 void ZeroGrads(const std::vector<Param*>& params);

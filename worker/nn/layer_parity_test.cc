@@ -86,59 +86,68 @@ class LayerParity : public ::testing::Test {
 };
 
 TEST_F(LayerParity, Linear) {
-  Check([](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-          return Linear::Create(b, 37, 45, true, 3);
-        },
-        RandomHost({19, 37}, 1), true);
+  Check(
+      [](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+        return Linear::Create(b, 37, 45, true, 3);
+      },
+      RandomHost({19, 37}, 1), true);
 }
 
 TEST_F(LayerParity, ReluGeluDropoutFlatten) {
-  Check([](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-          return std::unique_ptr<Layer>(new Relu(b));
-        },
-        RandomHost({7, 33}, 2), true);
-  Check([](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-          return std::unique_ptr<Layer>(new Gelu(b));
-        },
-        RandomHost({7, 33}, 3, -4, 4), true);
-  Check([](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-          return std::unique_ptr<Layer>(new Dropout(b, 0.3f, 9));
-        },
-        RandomHost({7, 1000}, 4), true);
-  Check([](Backend*) -> absl::StatusOr<std::unique_ptr<Layer>> {
-          return std::unique_ptr<Layer>(new Flatten());
-        },
-        RandomHost({3, 4, 5}, 5), true);
+  Check(
+      [](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+        return std::unique_ptr<Layer>(new Relu(b));
+      },
+      RandomHost({7, 33}, 2), true);
+  Check(
+      [](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+        return std::unique_ptr<Layer>(new Gelu(b));
+      },
+      RandomHost({7, 33}, 3, -4, 4), true);
+  Check(
+      [](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+        return std::unique_ptr<Layer>(new Dropout(b, 0.3f, 9));
+      },
+      RandomHost({7, 1000}, 4), true);
+  Check(
+      [](Backend*) -> absl::StatusOr<std::unique_ptr<Layer>> {
+        return std::unique_ptr<Layer>(new Flatten());
+      },
+      RandomHost({3, 4, 5}, 5), true);
 }
 
 TEST_F(LayerParity, LayerNorm) {
-  Check([](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-          return LayerNorm::Create(b, 100, 1e-5f);
-        },
-        RandomHost({13, 100}, 6, -3, 5), true);
+  Check(
+      [](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+        return LayerNorm::Create(b, 100, 1e-5f);
+      },
+      RandomHost({13, 100}, 6, -3, 5), true);
 }
 
 TEST_F(LayerParity, Embedding) {
   Tensor ids = Tensor::Host({4, 9});
   for (int64_t i = 0; i < ids.numel(); ++i) ids.f32()[i] = (i * 7) % 50;
-  Check([](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-          return Embedding::Create(b, 50, 24, 16, 4);
-        },
-        ids, false);
+  Check(
+      [](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+        return Embedding::Create(b, 50, 24, 16, 4);
+      },
+      ids, false);
 }
 
 TEST_F(LayerParity, CausalSelfAttention) {
-  Check([](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-          return CausalSelfAttention::Create(b, 32, 4, 8);
-        },
-        RandomHost({3, 17, 32}, 7), true);
+  Check(
+      [](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+        return CausalSelfAttention::Create(b, 32, 4, 8);
+      },
+      RandomHost({3, 17, 32}, 7), true);
 }
 
 TEST_F(LayerParity, TransformerBlock) {
-  Check([](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-          return TransformerBlock::Create(b, 32, 4, 64, 9, 2);
-        },
-        RandomHost({2, 11, 32}, 8), true);
+  Check(
+      [](Backend* b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+        return TransformerBlock::Create(b, 32, 4, 64, 9, 2);
+      },
+      RandomHost({2, 11, 32}, 8), true);
 }
 
 TEST_F(LayerParity, LossAndOptimizers) {
@@ -151,7 +160,8 @@ TEST_F(LayerParity, LossAndOptimizers) {
   auto gpu_stats = gpu_loss.Forward(*ToDevice(cuda_.get(), logits),
                                     *ToDevice(cuda_.get(), labels), &gpu_ctx);
   ASSERT_TRUE(cpu_stats.ok() && gpu_stats.ok()) << gpu_stats.status();
-  EXPECT_NEAR(gpu_stats->loss_sum, cpu_stats->loss_sum, 1e-4 * cpu_stats->loss_sum);
+  EXPECT_NEAR(gpu_stats->loss_sum, cpu_stats->loss_sum,
+              1e-4 * cpu_stats->loss_sum);
   EXPECT_EQ(gpu_stats->correct, cpu_stats->correct);
   ExpectClose(cuda_.get(), *gpu_loss.Backward(0.5f, &gpu_ctx),
               *cpu_loss.Backward(0.5f, &cpu_ctx), "dlogits");

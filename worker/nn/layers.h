@@ -10,22 +10,36 @@
 
 namespace pipetrain {
 
-// y = x W + b with W [in, out], b [out].
+// y = x W + b with W [in, out], b [out]. Split backward: B computes
+// dx = dy W^T and keeps x and dy; W accumulates dW = x^T dy and db.
 class Linear final : public Layer {
  public:
-  static absl::StatusOr<std::unique_ptr<Linear>> Create(
-      Backend* backend, int64_t in, int64_t out, bool bias, uint64_t init_seed);
+  static absl::StatusOr<std::unique_ptr<Linear>> Create(Backend* backend,
+                                                        int64_t in, int64_t out,
+                                                        bool bias,
+                                                        uint64_t init_seed);
   std::string_view kind() const override { return "linear"; }
   absl::StatusOr<Tensor> Forward(const Tensor& x, const ForwardOptions& options,
                                  LayerContext* ctx) override;
   absl::StatusOr<Tensor> Backward(const Tensor& dy,
                                   const ForwardOptions& options,
                                   LayerContext* ctx, bool need_dx) override;
+  absl::StatusOr<Tensor> BackwardInput(const Tensor& dy,
+                                       const ForwardOptions& options,
+                                       LayerContext* ctx,
+                                       bool need_dx) override;
+  absl::Status BackwardWeight(const ForwardOptions& options,
+                              LayerContext* ctx) override;
   std::vector<Param*> params() override;
 
  private:
   Linear(Backend* backend, int64_t in, int64_t out)
       : backend_(backend), in_(in), out_(out) {}
+  absl::Status CheckGradient(const Tensor& x, const Tensor& dy) const;
+  // dW (+)= x^T dy, db (+)= column sums of dy.
+  absl::Status AccumulateWeightGrads(const Tensor& x, const Tensor& dy);
+  // dx = dy W^T.
+  absl::StatusOr<Tensor> InputGrad(const Tensor& x, const Tensor& dy);
   Backend* const backend_;  // borrowed
   const int64_t in_;
   const int64_t out_;
@@ -92,6 +106,11 @@ class Flatten final : public Layer {
                                   LayerContext* ctx, bool need_dx) override;
 };
 
+// Split backward: the backend's LayerNormBackward computes dx, dgamma and
+// dbeta in one pass over the rows, so B (the inherited BackwardInput) does
+// all of it and W is a no-op. Deferring the two [features] reductions would
+// need a second kernel and keep x and the row statistics alive until W, for
+// work that is a small fraction of the layer's cost.
 class LayerNorm final : public Layer {
  public:
   static absl::StatusOr<std::unique_ptr<LayerNorm>> Create(Backend* backend,
@@ -116,23 +135,38 @@ class LayerNorm final : public Layer {
 };
 
 // Token ids [B, T] -> token embedding + positional embedding [B, T, dim].
-// The ids are not differentiable: Backward returns an empty dx.
+// The ids are not differentiable: Backward returns an empty dx. Split
+// backward: B only keeps dy; W scatters it into the tables' gradients.
 class Embedding final : public Layer {
  public:
-  static absl::StatusOr<std::unique_ptr<Embedding>> Create(
-      Backend* backend, int64_t vocab, int64_t dim, int64_t max_seq_len,
-      uint64_t init_seed);
+  static absl::StatusOr<std::unique_ptr<Embedding>> Create(Backend* backend,
+                                                           int64_t vocab,
+                                                           int64_t dim,
+                                                           int64_t max_seq_len,
+                                                           uint64_t init_seed);
   std::string_view kind() const override { return "embedding"; }
   absl::StatusOr<Tensor> Forward(const Tensor& x, const ForwardOptions& options,
                                  LayerContext* ctx) override;
   absl::StatusOr<Tensor> Backward(const Tensor& dy,
                                   const ForwardOptions& options,
                                   LayerContext* ctx, bool need_dx) override;
+  absl::StatusOr<Tensor> BackwardInput(const Tensor& dy,
+                                       const ForwardOptions& options,
+                                       LayerContext* ctx,
+                                       bool need_dx) override;
+  absl::Status BackwardWeight(const ForwardOptions& options,
+                              LayerContext* ctx) override;
   std::vector<Param*> params() override { return {&tokens_, &positions_}; }
 
  private:
   Embedding(Backend* backend, int64_t vocab, int64_t dim, int64_t max_seq_len)
-      : backend_(backend), vocab_(vocab), dim_(dim), max_seq_len_(max_seq_len) {}
+      : backend_(backend),
+        vocab_(vocab),
+        dim_(dim),
+        max_seq_len_(max_seq_len) {}
+  // Scatter-adds dy into the token table's gradient and sums it into the
+  // positions' gradient.
+  absl::Status AccumulateTableGrads(const Tensor& ids, const Tensor& dy);
   Backend* const backend_;  // borrowed
   const int64_t vocab_;
   const int64_t dim_;
@@ -141,7 +175,9 @@ class Embedding final : public Layer {
   Param positions_;
 };
 
-// Causal multi-head self-attention on [B, T, dim] (no residual).
+// Causal multi-head self-attention on [B, T, dim] (no residual). Split
+// backward: B runs the projections' input halves and the attention core
+// (no parameters), W the projections' weight halves.
 class CausalSelfAttention final : public Layer {
  public:
   static absl::StatusOr<std::unique_ptr<CausalSelfAttention>> Create(
@@ -152,11 +188,21 @@ class CausalSelfAttention final : public Layer {
   absl::StatusOr<Tensor> Backward(const Tensor& dy,
                                   const ForwardOptions& options,
                                   LayerContext* ctx, bool need_dx) override;
+  absl::StatusOr<Tensor> BackwardInput(const Tensor& dy,
+                                       const ForwardOptions& options,
+                                       LayerContext* ctx,
+                                       bool need_dx) override;
+  absl::Status BackwardWeight(const ForwardOptions& options,
+                              LayerContext* ctx) override;
   std::vector<Param*> params() override;
 
  private:
   CausalSelfAttention(Backend* backend, int64_t dim, int64_t heads)
       : backend_(backend), dim_(dim), heads_(heads) {}
+  // Backward (kFull) or BackwardInput (kInputOnly) up to dL/dx.
+  absl::StatusOr<Tensor> InputBackward(BackwardMode mode, const Tensor& dy,
+                                       const ForwardOptions& options,
+                                       LayerContext* ctx, bool need_dx);
   Backend* const backend_;  // borrowed
   const int64_t dim_;
   const int64_t heads_;
@@ -165,6 +211,8 @@ class CausalSelfAttention final : public Layer {
 };
 
 // Pre-norm Transformer block: h = x + Attn(LN1(x)); y = h + MLP(LN2(h)).
+// Split backward: B walks the sub-layers' input halves, W their weight
+// halves (same order as the full backward: MLP branch, then attention).
 class TransformerBlock final : public Layer {
  public:
   static absl::StatusOr<std::unique_ptr<TransformerBlock>> Create(
@@ -176,10 +224,20 @@ class TransformerBlock final : public Layer {
   absl::StatusOr<Tensor> Backward(const Tensor& dy,
                                   const ForwardOptions& options,
                                   LayerContext* ctx, bool need_dx) override;
+  absl::StatusOr<Tensor> BackwardInput(const Tensor& dy,
+                                       const ForwardOptions& options,
+                                       LayerContext* ctx,
+                                       bool need_dx) override;
+  absl::Status BackwardWeight(const ForwardOptions& options,
+                              LayerContext* ctx) override;
   std::vector<Param*> params() override;
 
  private:
   explicit TransformerBlock(Backend* backend) : backend_(backend) {}
+  // Backward (kFull) or BackwardInput (kInputOnly) up to dL/dx.
+  absl::StatusOr<Tensor> InputBackward(BackwardMode mode, const Tensor& dy,
+                                       const ForwardOptions& options,
+                                       LayerContext* ctx, bool need_dx);
   Backend* const backend_;  // borrowed
   // The residual branches, in order: ln1, attn | ln2, fc1, gelu, fc2.
   std::vector<std::unique_ptr<Layer>> attn_branch_;

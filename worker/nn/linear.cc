@@ -13,11 +13,11 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(Backend* backend,
   std::unique_ptr<Linear> layer(new Linear(backend, in, out));
   // U(-1/sqrt(in), 1/sqrt(in)), as PyTorch's default for nn.Linear weights.
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));
-  ASSIGN_OR_RETURN(layer->weight_,
-                   MakeParam(backend, "weight", {in, out}, init_seed, 0, bound));
+  ASSIGN_OR_RETURN(layer->weight_, MakeParam(backend, "weight", {in, out},
+                                             init_seed, 0, bound));
   if (bias) {
-    ASSIGN_OR_RETURN(Param b, MakeParam(backend, "bias", {out}, init_seed, 1,
-                                        0.0f, 0.0f));
+    ASSIGN_OR_RETURN(
+        Param b, MakeParam(backend, "bias", {out}, init_seed, 1, 0.0f, 0.0f));
     layer->bias_ = std::make_unique<Param>(std::move(b));
   }
   return layer;
@@ -51,16 +51,16 @@ absl::StatusOr<Tensor> Linear::Forward(const Tensor& x, const ForwardOptions&,
   return y;
 }
 
-absl::StatusOr<Tensor> Linear::Backward(const Tensor& dy, const ForwardOptions&,
-                                        LayerContext* ctx, bool need_dx) {
-  const Tensor& x = ctx->saved.at(0);
+absl::Status Linear::CheckGradient(const Tensor& x, const Tensor& dy) const {
   const int64_t rows = x.numel() / in_;
-  if (dy.numel() != rows * out_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("linear backward: gradient shape ",
-                     ShapeToString(dy.shape()), " does not match output rows ",
-                     rows, " x ", out_));
-  }
+  if (dy.numel() == rows * out_) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "linear backward: gradient shape ", ShapeToString(dy.shape()),
+      " does not match output rows ", rows, " x ", out_));
+}
+
+absl::Status Linear::AccumulateWeightGrads(const Tensor& x, const Tensor& dy) {
+  const int64_t rows = x.numel() / in_;
   // dW (+)= x^T dy; db (+)= column sums of dy.
   const float w_beta = weight_.grad_fresh ? 0.0f : 1.0f;
   RETURN_IF_ERROR(backend_->Gemm(true, false, in_, out_, rows, 1.0f, x.f32(),
@@ -73,12 +73,50 @@ absl::StatusOr<Tensor> Linear::Backward(const Tensor& dy, const ForwardOptions&,
                                         bias_->grad.f32()));
     bias_->grad_fresh = false;
   }
-  if (!need_dx) return Tensor();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> Linear::InputGrad(const Tensor& x, const Tensor& dy) {
+  const int64_t rows = x.numel() / in_;
   ASSIGN_OR_RETURN(Tensor dx, backend_->AllocateUninitialized(x.shape()));
   RETURN_IF_ERROR(backend_->Gemm(false, true, rows, in_, out_, 1.0f, dy.f32(),
                                  out_, weight_.value.f32(), out_, 0.0f,
                                  dx.f32(), in_));
   return dx;
+}
+
+absl::StatusOr<Tensor> Linear::Backward(const Tensor& dy, const ForwardOptions&,
+                                        LayerContext* ctx, bool need_dx) {
+  const Tensor& x = ctx->saved.at(0);
+  RETURN_IF_ERROR(CheckGradient(x, dy));
+  RETURN_IF_ERROR(AccumulateWeightGrads(x, dy));
+  if (!need_dx) return Tensor();
+  return InputGrad(x, dy);
+}
+
+absl::StatusOr<Tensor> Linear::BackwardInput(const Tensor& dy,
+                                             const ForwardOptions&,
+                                             LayerContext* ctx, bool need_dx) {
+  const Tensor& x = ctx->saved.at(0);
+  RETURN_IF_ERROR(CheckGradient(x, dy));
+  Tensor dx;
+  if (need_dx) {
+    ASSIGN_OR_RETURN(dx, InputGrad(x, dy));
+  }
+  // W needs x and dy: saved = {x, dy}.
+  ctx->saved.resize(2);
+  ctx->saved[1] = dy;
+  return dx;
+}
+
+absl::Status Linear::BackwardWeight(const ForwardOptions&, LayerContext* ctx) {
+  if (ctx->saved.size() != 2) {
+    return absl::FailedPreconditionError(
+        "linear: BackwardWeight needs a BackwardInput on the same context");
+  }
+  RETURN_IF_ERROR(AccumulateWeightGrads(ctx->saved[0], ctx->saved[1]));
+  ctx->saved.clear();
+  return absl::OkStatus();
 }
 
 }  // namespace pipetrain

@@ -5,8 +5,9 @@
 
 namespace pipetrain {
 
-absl::StatusOr<LossStats> SoftmaxCrossEntropyLoss::Forward(
-    const Tensor& logits, const Tensor& labels, LayerContext* ctx) {
+absl::StatusOr<LossStats> SoftmaxCrossEntropyLoss::Forward(const Tensor& logits,
+                                                           const Tensor& labels,
+                                                           LayerContext* ctx) {
   if (logits.rank() < 1 || logits.dim(-1) < 1) {
     return absl::InvalidArgumentError("loss: logits need a class dimension");
   }
@@ -17,7 +18,8 @@ absl::StatusOr<LossStats> SoftmaxCrossEntropyLoss::Forward(
         "loss: ", labels.numel(), " labels ", ShapeToString(labels.shape()),
         " for ", rows, " rows of logits ", ShapeToString(logits.shape())));
   }
-  ASSIGN_OR_RETURN(Tensor probs, backend_->AllocateUninitialized(logits.shape()));
+  ASSIGN_OR_RETURN(Tensor probs,
+                   backend_->AllocateUninitialized(logits.shape()));
   ASSIGN_OR_RETURN(Tensor stats, backend_->AllocateUninitialized({2, rows}));
   RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
       rows, classes, logits.f32(), labels.f32(), probs.f32(), stats.f32(),
@@ -40,7 +42,8 @@ absl::StatusOr<Tensor> SoftmaxCrossEntropyLoss::Backward(float scale,
   const Tensor& labels = ctx->saved.at(1);
   const int64_t classes = probs.dim(-1);
   const int64_t rows = probs.numel() / classes;
-  ASSIGN_OR_RETURN(Tensor dlogits, backend_->AllocateUninitialized(probs.shape()));
+  ASSIGN_OR_RETURN(Tensor dlogits,
+                   backend_->AllocateUninitialized(probs.shape()));
   RETURN_IF_ERROR(backend_->SoftmaxCrossEntropyBackward(
       rows, classes, probs.f32(), labels.f32(), scale, dlogits.f32()));
   return dlogits;

@@ -26,13 +26,14 @@ absl::Status RequirePositive(int index, const std::string& field,
                                : absl::StrCat(value, " must be > 0"));
 }
 
-absl::Status RequireLastDim(int index, const std::string& field,
-                            int64_t value, const Shape& in) {
+absl::Status RequireLastDim(int index, const std::string& field, int64_t value,
+                            const Shape& in) {
   RETURN_IF_ERROR(RequirePositive(index, field, value));
   if (in.empty() || in.back() != value) {
     return FieldError(index, field,
-                      absl::StrCat(value, " does not match the input's last "
-                                          "dimension (input shape ",
+                      absl::StrCat(value,
+                                   " does not match the input's last "
+                                   "dimension (input shape ",
                                    ShapeToString(in), ")"));
   }
   return absl::OkStatus();
@@ -44,8 +45,8 @@ absl::StatusOr<Shape> OutputShape(const v1::LayerSpec& layer, int index,
   switch (layer.kind_case()) {
     case v1::LayerSpec::kLinear: {
       const auto& l = layer.linear();
-      RETURN_IF_ERROR(RequireLastDim(index, "linear.in_features",
-                                     l.in_features(), in));
+      RETURN_IF_ERROR(
+          RequireLastDim(index, "linear.in_features", l.in_features(), in));
       RETURN_IF_ERROR(
           RequirePositive(index, "linear.out_features", l.out_features()));
       Shape out = in;
@@ -77,10 +78,10 @@ absl::StatusOr<Shape> OutputShape(const v1::LayerSpec& layer, int index,
       RETURN_IF_ERROR(
           RequirePositive(index, "embedding.max_seq_len", e.max_seq_len()));
       if (in.size() != 1 || in[0] > e.max_seq_len()) {
-        return FieldError(index, "embedding.max_seq_len",
-                          absl::StrCat("input must be token ids [T] with T <= ",
-                                       e.max_seq_len(), ", got ",
-                                       ShapeToString(in)));
+        return FieldError(
+            index, "embedding.max_seq_len",
+            absl::StrCat("input must be token ids [T] with T <= ",
+                         e.max_seq_len(), ", got ", ShapeToString(in)));
       }
       return Shape{in[0], e.dim()};
     }
@@ -99,9 +100,9 @@ absl::StatusOr<Shape> OutputShape(const v1::LayerSpec& layer, int index,
                           absl::StrCat(heads, " does not divide dim ", dim));
       }
       if (in.size() != 2) {
-        return FieldError(index, kind + ".dim",
-                          absl::StrCat("input must be [T, dim], got ",
-                                       ShapeToString(in)));
+        return FieldError(
+            index, kind + ".dim",
+            absl::StrCat("input must be [T, dim], got ", ShapeToString(in)));
       }
       if (!attn && layer.transformer_block().mlp_dim() < 0) {
         return FieldError(index, "transformer_block.mlp_dim",
@@ -137,8 +138,8 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const v1::LayerSpec& spec,
     case v1::LayerSpec::kFlatten:
       return std::make_unique<Flatten>();
     case v1::LayerSpec::kLayerNorm: {
-      const float eps = spec.layer_norm().eps() > 0 ? spec.layer_norm().eps()
-                                                    : 1e-5f;
+      const float eps =
+          spec.layer_norm().eps() > 0 ? spec.layer_norm().eps() : 1e-5f;
       return LayerNorm::Create(backend, spec.layer_norm().features(), eps);
     }
     case v1::LayerSpec::kEmbedding:
@@ -162,7 +163,8 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const v1::LayerSpec& spec,
 
 }  // namespace
 
-absl::StatusOr<std::vector<Shape>> ValidateModelSpec(const v1::ModelSpec& spec) {
+absl::StatusOr<std::vector<Shape>> ValidateModelSpec(
+    const v1::ModelSpec& spec) {
   if (spec.layers().empty()) {
     return absl::InvalidArgumentError("model.layers: the model has no layers");
   }
@@ -194,7 +196,8 @@ absl::StatusOr<std::vector<Shape>> ValidateModelSpec(const v1::ModelSpec& spec) 
   std::vector<Shape> shapes = {shape};
   for (int i = 0; i < spec.layers_size(); ++i) {
     if (i > 0 && spec.layers(i).has_embedding()) {
-      return FieldError(i, "embedding", "only the first layer may embed tokens");
+      return FieldError(i, "embedding",
+                        "only the first layer may embed tokens");
     }
     ASSIGN_OR_RETURN(shape, OutputShape(spec.layers(i), i, shape));
     shapes.push_back(shape);
@@ -245,10 +248,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const v1::ModelSpec& spec,
                                                     uint64_t seed) {
   ASSIGN_OR_RETURN(std::vector<Shape> shapes, ValidateModelSpec(spec));
   if (begin < 0 || end > spec.layers_size() || begin >= end) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layer range [", begin, ", ", end,
-                     ") is empty or outside the model's ", spec.layers_size(),
-                     " layers"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer range [", begin, ", ", end, ") is empty or outside the model's ",
+        spec.layers_size(), " layers"));
   }
   std::unique_ptr<Model> model(new Model(backend, begin, end));
   model->input_shape_ = shapes[begin];
@@ -276,9 +278,9 @@ absl::StatusOr<Tensor> Model::Forward(const Tensor& x,
   if (contexts != nullptr) contexts->resize(layers_.size());
   Tensor h = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    ASSIGN_OR_RETURN(h, layers_[i]->Forward(
-                            h, options,
-                            contexts == nullptr ? nullptr : &(*contexts)[i]));
+    ASSIGN_OR_RETURN(
+        h, layers_[i]->Forward(
+               h, options, contexts == nullptr ? nullptr : &(*contexts)[i]));
   }
   return h;
 }
@@ -287,10 +289,36 @@ absl::StatusOr<Tensor> Model::Backward(const Tensor& dy,
                                        const ForwardOptions& options,
                                        std::vector<LayerContext>* contexts,
                                        bool need_dx) {
+  return RunBackwardPass(BackwardMode::kFull, dy, options, contexts, need_dx);
+}
+
+absl::StatusOr<Tensor> Model::BackwardInput(const Tensor& dy,
+                                            const ForwardOptions& options,
+                                            std::vector<LayerContext>* contexts,
+                                            bool need_dx) {
+  return RunBackwardPass(BackwardMode::kInputOnly, dy, options, contexts,
+                         need_dx);
+}
+
+absl::Status Model::BackwardWeight(const ForwardOptions& options,
+                                   std::vector<LayerContext>* contexts) {
+  return RunBackwardPass(BackwardMode::kWeightOnly, Tensor(), options, contexts,
+                         false)
+      .status();
+}
+
+absl::StatusOr<Tensor> Model::RunBackwardPass(
+    BackwardMode mode, const Tensor& dy, const ForwardOptions& options,
+    std::vector<LayerContext>* contexts, bool need_dx) {
+  if (contexts->size() != layers_.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("backward needs the contexts of a forward over ",
+                     layers_.size(), " layers, got ", contexts->size()));
+  }
   Tensor g = dy;
   for (size_t i = layers_.size(); i-- > 0;) {
-    ASSIGN_OR_RETURN(g, layers_[i]->Backward(g, options, &(*contexts)[i],
-                                             i > 0 || need_dx));
+    ASSIGN_OR_RETURN(g, RunBackward(layers_[i].get(), mode, g, options,
+                                    &(*contexts)[i], i > 0 || need_dx));
   }
   return g;
 }

@@ -39,9 +39,10 @@ absl::Status ReadJsonFile(const std::string& path,
 class Model {
  public:
   // Validates the spec and the range, then builds the layers.
-  static absl::StatusOr<std::unique_ptr<Model>> Build(
-      const v1::ModelSpec& spec, int begin, int end, Backend* backend,
-      uint64_t seed);
+  static absl::StatusOr<std::unique_ptr<Model>> Build(const v1::ModelSpec& spec,
+                                                      int begin, int end,
+                                                      Backend* backend,
+                                                      uint64_t seed);
 
   int begin() const { return begin_; }
   int end() const { return end_; }
@@ -59,9 +60,24 @@ class Model {
                                  std::vector<LayerContext>* contexts);
   // Runs every layer backwards from dL/dy; accumulates parameter gradients
   // and returns dL/dx (empty when need_dx is false).
-  absl::StatusOr<Tensor> Backward(const Tensor& dy, const ForwardOptions& options,
+  absl::StatusOr<Tensor> Backward(const Tensor& dy,
+                                  const ForwardOptions& options,
                                   std::vector<LayerContext>* contexts,
                                   bool need_dx);
+
+  // The split backward of zero-bubble schedules. BackwardInput (B) runs
+  // every layer's input half backwards from dL/dy and returns dL/dx (empty
+  // when need_dx is false), leaving in `contexts` only what the weight half
+  // needs; BackwardWeight (W) then accumulates the parameter gradients from
+  // them, layers in reverse order as Backward does. B then W leaves the
+  // same gradients as Backward, and W of micro-batches in ascending order
+  // accumulates them in the same order too.
+  absl::StatusOr<Tensor> BackwardInput(const Tensor& dy,
+                                       const ForwardOptions& options,
+                                       std::vector<LayerContext>* contexts,
+                                       bool need_dx);
+  absl::Status BackwardWeight(const ForwardOptions& options,
+                              std::vector<LayerContext>* contexts);
 
   // Copies of every parameter on the host, in params() order.
   absl::StatusOr<std::vector<Tensor>> ParamsToHost() const;
@@ -71,6 +87,11 @@ class Model {
  private:
   Model(Backend* backend, int begin, int end)
       : backend_(backend), begin_(begin), end_(end) {}
+  // Every layer's `mode` part of backward, last layer first.
+  absl::StatusOr<Tensor> RunBackwardPass(BackwardMode mode, const Tensor& dy,
+                                         const ForwardOptions& options,
+                                         std::vector<LayerContext>* contexts,
+                                         bool need_dx);
   Backend* const backend_;  // borrowed
   const int begin_;
   const int end_;

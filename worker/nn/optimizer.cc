@@ -46,7 +46,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
         return BadField("adamw.beta2", a->beta2(), "must be in [0, 1)");
       }
       if (a->weight_decay() < 0) {
-        return BadField("adamw.weight_decay", a->weight_decay(), "must be >= 0");
+        return BadField("adamw.weight_decay", a->weight_decay(),
+                        "must be >= 0");
       }
       break;
     }
@@ -88,8 +89,10 @@ absl::Status Optimizer::Step(const std::vector<Param*>& params,
     } else {
       const auto& a = spec_.adamw();
       ASSIGN_OR_RETURN(State * st, StateFor(p, true));
-      const float bias1 = 1.0f - std::pow(a.beta1(), static_cast<float>(steps_));
-      const float bias2 = 1.0f - std::pow(a.beta2(), static_cast<float>(steps_));
+      const float bias1 =
+          1.0f - std::pow(a.beta1(), static_cast<float>(steps_));
+      const float bias2 =
+          1.0f - std::pow(a.beta2(), static_cast<float>(steps_));
       RETURN_IF_ERROR(backend_->AdamWUpdate(
           n, p->value.f32(), p->grad.f32(), st->m.f32(), st->v.f32(), a.lr(),
           a.beta1(), a.beta2(), a.eps(), a.weight_decay(), bias1, bias2,
@@ -105,7 +108,8 @@ absl::StatusOr<double> GradSumSquares(Backend* backend,
   double total = 0.0;
   for (const Param* p : params) {
     if (p->grad_fresh) continue;
-    ASSIGN_OR_RETURN(double s, backend->SumSquares(p->grad.numel(), p->grad.f32()));
+    ASSIGN_OR_RETURN(double s,
+                     backend->SumSquares(p->grad.numel(), p->grad.f32()));
     total += s;
   }
   return total;

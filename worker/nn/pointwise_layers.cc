@@ -19,7 +19,8 @@ absl::StatusOr<Tensor> Relu::Backward(const Tensor& dy, const ForwardOptions&,
   if (!need_dx) return Tensor();
   const Tensor& y = ctx->saved.at(0);
   ASSIGN_OR_RETURN(Tensor dx, backend_->AllocateUninitialized(y.shape()));
-  RETURN_IF_ERROR(backend_->ReluBackward(y.numel(), y.f32(), dy.f32(), dx.f32()));
+  RETURN_IF_ERROR(
+      backend_->ReluBackward(y.numel(), y.f32(), dy.f32(), dx.f32()));
   return dx;
 }
 
@@ -36,7 +37,8 @@ absl::StatusOr<Tensor> Gelu::Backward(const Tensor& dy, const ForwardOptions&,
   if (!need_dx) return Tensor();
   const Tensor& x = ctx->saved.at(0);
   ASSIGN_OR_RETURN(Tensor dx, backend_->AllocateUninitialized(x.shape()));
-  RETURN_IF_ERROR(backend_->GeluBackward(x.numel(), x.f32(), dy.f32(), dx.f32()));
+  RETURN_IF_ERROR(
+      backend_->GeluBackward(x.numel(), x.f32(), dy.f32(), dx.f32()));
   return dx;
 }
 
@@ -74,7 +76,8 @@ absl::StatusOr<Tensor> Flatten::Forward(const Tensor& x, const ForwardOptions&,
   return x.Reshaped({batch, batch == 0 ? 0 : x.numel() / batch});
 }
 
-absl::StatusOr<Tensor> Flatten::Backward(const Tensor& dy, const ForwardOptions&,
+absl::StatusOr<Tensor> Flatten::Backward(const Tensor& dy,
+                                         const ForwardOptions&,
                                          LayerContext* ctx, bool need_dx) {
   if (!need_dx) return Tensor();
   return dy.Reshaped(ctx->input_shape);
@@ -91,7 +94,8 @@ absl::StatusOr<std::unique_ptr<LayerNorm>> LayerNorm::Create(Backend* backend,
   return layer;
 }
 
-absl::StatusOr<Tensor> LayerNorm::Forward(const Tensor& x, const ForwardOptions&,
+absl::StatusOr<Tensor> LayerNorm::Forward(const Tensor& x,
+                                          const ForwardOptions&,
                                           LayerContext* ctx) {
   if (x.rank() < 1 || x.dim(-1) != features_) {
     return absl::InvalidArgumentError(

@@ -19,8 +19,8 @@ absl::Status ValidateTrainingSpec(const v1::TrainingSpec& spec) {
   const int64_t m = spec.micro_batches() == 0 ? 1 : spec.micro_batches();
   if (m < 0 || spec.batch_size() % m != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("micro_batches: ", m, " must be > 0 and divide batch_size ",
-                     spec.batch_size()));
+        absl::StrCat("micro_batches: ", m,
+                     " must be > 0 and divide batch_size ", spec.batch_size()));
   }
   if (spec.steps() < 0 || spec.epochs() < 0) {
     return absl::InvalidArgumentError("steps and epochs must be >= 0");
@@ -72,10 +72,10 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
   const Shape sample(spec.model().input_shape().begin(),
                      spec.model().input_shape().end());
   if (NumElements(sample) != NumElements(data.train->sample_shape())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.input_shape ", ShapeToString(sample),
-        " does not fit the dataset's samples ",
-        ShapeToString(data.train->sample_shape())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.input_shape ", ShapeToString(sample),
+                     " does not fit the dataset's samples ",
+                     ShapeToString(data.train->sample_shape())));
   }
   std::unique_ptr<LocalTrainer> t(
       new LocalTrainer(spec, backend, std::move(data)));
@@ -133,17 +133,17 @@ absl::StatusOr<StepReport> LocalTrainer::Step() {
   report.loss = stats.mean_loss();
   report.accuracy = stats.accuracy();
   report.grad_norm = std::sqrt(sum_squares);
-  report.seconds = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start)
-                       .count();
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   ++step_;
   return report;
 }
 
 absl::StatusOr<EvalReport> LocalTrainer::Evaluate(int64_t max_samples) {
   const Dataset& eval = *data_.eval;
-  const int64_t n = max_samples > 0 ? std::min(max_samples, eval.size())
-                                    : eval.size();
+  const int64_t n =
+      max_samples > 0 ? std::min(max_samples, eval.size()) : eval.size();
   LossStats stats;
   ForwardOptions options;
   options.training = false;

@@ -25,7 +25,7 @@
 namespace pipetrain {
 
 struct StepReport {
-  int64_t step = 0;   // the step just taken (0-based)
+  int64_t step = 0;  // the step just taken (0-based)
   int64_t epoch = 0;
   double loss = 0.0;  // mean over the mini-batch
   double accuracy = 0.0;

@@ -53,11 +53,13 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
   v1::ProfileResponse out;
   out.set_device(backend->Describe());
   for (int i = 0; i < spec.model().layers_size(); ++i) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Model> layer,
-                     Model::Build(spec.model(), i, i + 1, backend, spec.seed()));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<Model> layer,
+        Model::Build(spec.model(), i, i + 1, backend, spec.seed()));
     Shape in = {batch};
     in.insert(in.end(), shapes[i].begin(), shapes[i].end());
-    ASSIGN_OR_RETURN(Tensor x, ToDevice(backend, ProfileInput(spec.model(), i, in)));
+    ASSIGN_OR_RETURN(Tensor x,
+                     ToDevice(backend, ProfileInput(spec.model(), i, in)));
     std::vector<double> fwd, bwd;
     int64_t out_bytes = 0;
     for (int rep = 0; rep <= repetitions; ++rep) {
@@ -66,7 +68,8 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
       auto start = Clock::now();
       ASSIGN_OR_RETURN(Tensor y, layer->Forward(x, options, &contexts));
       RETURN_IF_ERROR(backend->Synchronize());
-      const double f = std::chrono::duration<double>(Clock::now() - start).count();
+      const double f =
+          std::chrono::duration<double>(Clock::now() - start).count();
       out_bytes = y.bytes();
       ASSIGN_OR_RETURN(Tensor dy, backend->Allocate(y.shape()));
       RETURN_IF_ERROR(backend->Fill(dy.f32(), dy.numel(), 1e-3f));
@@ -74,7 +77,8 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
       start = Clock::now();
       RETURN_IF_ERROR(layer->Backward(dy, options, &contexts, i > 0).status());
       RETURN_IF_ERROR(backend->Synchronize());
-      const double b = std::chrono::duration<double>(Clock::now() - start).count();
+      const double b =
+          std::chrono::duration<double>(Clock::now() - start).count();
       if (rep > 0) {  // rep 0 warms caches and allocators up
         fwd.push_back(f);
         bwd.push_back(b);
@@ -103,7 +107,8 @@ absl::StatusOr<double> MeasureGemmGflops(Backend* backend) {
     RETURN_IF_ERROR(backend->Gemm(false, false, n, n, n, 1.0f, a.f32(), n,
                                   a.f32(), n, 0.0f, c.f32(), n));
     RETURN_IF_ERROR(backend->Synchronize());
-    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(Clock::now() - start).count();
     if (rep > 0) best = std::min(best, s);  // rep 0 warms up
   }
   return 2.0 * n * n * n / best / 1e9;

@@ -205,7 +205,9 @@ std::vector<Instruction> BuildInterleaved(const ScheduleParams& p, int stage) {
   return std::move(w).Finish();
 }
 
-const char* ShortOpName(OpKind op) {
+}  // namespace
+
+const char* OpKindShortName(OpKind op) {
   switch (op) {
     case OpKind::kLoadInput:
       return "Load";
@@ -232,8 +234,6 @@ const char* ShortOpName(OpKind op) {
   }
   return "?";
 }
-
-}  // namespace
 
 const char* OpKindName(OpKind op) {
   switch (op) {
@@ -291,7 +291,7 @@ absl::StatusOr<ScheduleKind> ParseScheduleKind(const std::string& name) {
 std::string ToString(const Instruction& instruction) {
   if (instruction.op == OpKind::kOptimizerStep) return "Step";
   std::string out =
-      absl::StrCat(ShortOpName(instruction.op), instruction.micro_batch);
+      absl::StrCat(OpKindShortName(instruction.op), instruction.micro_batch);
   if (instruction.chunk != 0) absl::StrAppend(&out, "@c", instruction.chunk);
   return out;
 }

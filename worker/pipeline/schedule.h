@@ -16,10 +16,10 @@
 namespace pipetrain {
 
 enum class ScheduleKind {
-  kGPipe = 0,        // all forwards, then all backwards, one update (flush)
-  kOneFOneBFlush,    // PipeDream-Flush: 1F1B steady state, one update (flush)
-  kInterleaved,      // interleaved 1F1B, v virtual stages (chunks) per stage
-  kZeroBubbleH1,     // ZB-H1: backward split into B (input) and W (weight)
+  kGPipe = 0,      // all forwards, then all backwards, one update (flush)
+  kOneFOneBFlush,  // PipeDream-Flush: 1F1B steady state, one update (flush)
+  kInterleaved,    // interleaved 1F1B, v virtual stages (chunks) per stage
+  kZeroBubbleH1,   // ZB-H1: backward split into B (input) and W (weight)
 };
 
 enum class OpKind {
@@ -57,6 +57,8 @@ struct Instruction {
 };
 
 const char* OpKindName(OpKind op);
+// The short name ToString uses: "F", "B", "BI", "W", "SendA", "Step", ...
+const char* OpKindShortName(OpKind op);
 const char* ScheduleKindName(ScheduleKind kind);
 // Parses "gpipe", "1f1b-flush", "interleaved", "zb-h1".
 absl::StatusOr<ScheduleKind> ParseScheduleKind(const std::string& name);

@@ -35,11 +35,14 @@ absl::StatusOr<ScheduleKind> FromProto(v1::ScheduleKindProto kind) {
       return ScheduleKind::kGPipe;
     case v1::SCHEDULE_1F1B_FLUSH:
       return ScheduleKind::kOneFOneBFlush;
+    case v1::SCHEDULE_ZB_H1:
+      return ScheduleKind::kZeroBubbleH1;
     default:
+      // Interleaved needs links per model chunk (virtual stage).
       return absl::InvalidArgumentError(absl::StrCat(
           "schedule: ", v1::ScheduleKindProto_Name(kind),
-          " is not supported by the stage executor yet (use GPipe or "
-          "1F1B-flush)"));
+          " is not supported by the stage executor yet (use GPipe, "
+          "1F1B-flush or ZB-H1)"));
   }
 }
 
@@ -52,9 +55,9 @@ int64_t TensorsBytes(const std::vector<Tensor>& tensors) {
 absl::Status CheckTensor(const Tensor& t, const Shape& want, DType dtype,
                          const char* what) {
   if (t.shape() != want || t.dtype() != dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": expected ", DTypeName(dtype), ShapeToString(want), ", got ",
-        DTypeName(t.dtype()), ShapeToString(t.shape())));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": expected ", DTypeName(dtype), ShapeToString(want),
+                     ", got ", DTypeName(t.dtype()), ShapeToString(t.shape())));
   }
   return absl::OkStatus();
 }
@@ -71,9 +74,9 @@ int64_t ContextBytes(const std::vector<LayerContext>& contexts) {
 
 // What a stage holds for one micro-batch during a step.
 struct StageExecutor::MicroBatch {
-  Tensor input;    // device: the stage's input (kept for backward / remat)
-  Tensor output;   // device: the stage's output until sent or lossed
-  Tensor labels;   // host, float32
+  Tensor input;   // device: the stage's input (kept for backward / remat)
+  Tensor output;  // device: the stage's output until sent or lossed
+  Tensor labels;  // host, float32
   std::vector<LayerContext> contexts;
   Tensor grad_output;  // device: dL/d(output)
   Tensor grad_input;   // device: dL/d(input), until sent
@@ -100,7 +103,10 @@ struct StageExecutor::StepState {
 
 StageExecutor::StageExecutor(const v1::StageConfig& config, Backend* backend,
                              StageMetrics* metrics)
-    : config_(config), backend_(backend), metrics_(metrics) {}
+    : config_(config),
+      backend_(backend),
+      metrics_(metrics),
+      trace_(config.stage()) {}
 
 void StageExecutor::CountCompute(StageMetrics::Phase phase,
                                  double seconds) const {
@@ -176,6 +182,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
   stage->weight_version_ = config.start_step();
   if (metrics != nullptr) {
     metrics->stage_index()->Set(config.stage());
+    metrics->theoretical_bubble()->Set(TheoreticalBubble(params, SimCosts()));
     metrics->weight_version()->Set(static_cast<double>(config.start_step()));
   }
   return stage;
@@ -263,9 +270,8 @@ absl::Status StageExecutor::ValidateIncoming(const StageMessage& msg) const {
 absl::StatusOr<int64_t> StageExecutor::Train(int64_t until_step) {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ == v1::STAGE_STATE_FAILED) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the stage failed: ", error_.ToString(),
-                     "; configure it again"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the stage failed: ", error_.ToString(), "; configure it again"));
   }
   if (!is_last() && downstream_ == nullptr) {
     return absl::FailedPreconditionError("no link to the downstream stage");
@@ -348,12 +354,19 @@ absl::Status StageExecutor::RunStep(int64_t step) {
   ZeroGrads(model_->params());
   if (metrics_ != nullptr) metrics_->in_flight()->Set(0);
   for (const Instruction& instruction : schedule_) {
+    TraceRecord record;
+    record.step = step;
+    record.instruction = instruction;
+    record.weight_version = weight_version_.load();
+    record.start_unix_us = StageTrace::NowUnixMicros();
     const absl::Status status = Execute(instruction, &state);
     if (!status.ok()) {
-      return absl::Status(status.code(),
-                          absl::StrCat("step ", step, ", ", ToString(instruction),
-                                       ": ", status.message()));
+      return absl::Status(status.code(), absl::StrCat("step ", step, ", ",
+                                                      ToString(instruction),
+                                                      ": ", status.message()));
     }
+    record.end_unix_us = StageTrace::NowUnixMicros();
+    trace_.Record(record);
   }
   const double seconds = SecondsSince(start);
   v1::StepResult result;
@@ -370,8 +383,10 @@ absl::Status StageExecutor::RunStep(int64_t step) {
     metrics_->steps()->Increment();
     metrics_->samples()->Increment(
         static_cast<double>(config_.spec().batch_size()));
-    metrics_->weight_version()->Set(static_cast<double>(weight_version_.load()));
-    metrics_->peak_activation_bytes()->Set(static_cast<double>(state.peak_bytes));
+    metrics_->weight_version()->Set(
+        static_cast<double>(weight_version_.load()));
+    metrics_->peak_activation_bytes()->Set(
+        static_cast<double>(state.peak_bytes));
     if (is_last()) metrics_->loss()->Set(state.loss.mean_loss());
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -402,13 +417,14 @@ absl::Status StageExecutor::Execute(const Instruction& in, StepState* state) {
       return ReceiveGradient(in.micro_batch, state);
     case OpKind::kBackward:
       return Backward(in.micro_batch, state);
+    case OpKind::kBackwardInput:
+      return BackwardInput(in.micro_batch, state);
+    case OpKind::kBackwardWeight:
+      return BackwardWeight(in.micro_batch, state);
     case OpKind::kSendGradient:
       return SendGradient(in.micro_batch, state);
     case OpKind::kOptimizerStep:
       return OptimizerStep(state);
-    case OpKind::kBackwardInput:
-    case OpKind::kBackwardWeight:
-      break;
   }
   return absl::UnimplementedError(
       absl::StrCat(OpKindName(in.op), " is not supported by this executor"));
@@ -459,10 +475,10 @@ absl::StatusOr<StageMessage> StageExecutor::Receive(MessageKind kind,
   const auto start = Clock::now();
   const double timeout =
       config_.recv_timeout_s() > 0 ? config_.recv_timeout_s() : 120.0;
-  auto msg = mailbox_.Receive(
-      kind, step, mb,
-      start + std::chrono::duration_cast<Clock::duration>(
-                  std::chrono::duration<double>(timeout)));
+  auto msg =
+      mailbox_.Receive(kind, step, mb,
+                       start + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(timeout)));
   const double idle = SecondsSince(start);
   state->idle_seconds += idle;
   if (metrics_ != nullptr) metrics_->idle_seconds()->Increment(idle);
@@ -493,15 +509,20 @@ absl::Status StageExecutor::ReceiveActivation(int mb, StepState* state) {
   return absl::OkStatus();
 }
 
+ForwardOptions StageExecutor::MicroBatchOptions(int64_t step, int mb) const {
+  ForwardOptions options;
+  options.dropout_seed = MicroBatchSeed(config_.spec().seed(), step, mb);
+  return options;
+}
+
 absl::Status StageExecutor::Forward(int mb, StepState* state) {
   const auto start = Clock::now();
   MicroBatch& micro = state->micro[mb];
-  ForwardOptions options;
-  options.dropout_seed = MicroBatchSeed(config_.spec().seed(), state->step, mb);
+  const ForwardOptions options = MicroBatchOptions(state->step, mb);
   const bool keep = !config_.spec().rematerialize();
-  ASSIGN_OR_RETURN(micro.output,
-                   model_->Forward(micro.input, options,
-                                   keep ? &micro.contexts : nullptr));
+  ASSIGN_OR_RETURN(
+      micro.output,
+      model_->Forward(micro.input, options, keep ? &micro.contexts : nullptr));
   state->Hold(ContextBytes(micro.contexts) + micro.output.bytes());
   const double seconds = SecondsSince(start);
   state->forward_seconds += seconds;
@@ -557,29 +578,70 @@ absl::Status StageExecutor::ReceiveGradient(int mb, StepState* state) {
   return absl::OkStatus();
 }
 
+absl::Status StageExecutor::Recompute(int mb, const ForwardOptions& options,
+                                      StepState* state) {
+  if (!config_.spec().rematerialize()) return absl::OkStatus();
+  // Re-materialization: recompute this micro-batch's forward from the
+  // stage input it kept, just before its backward.
+  const auto start = Clock::now();
+  MicroBatch& micro = state->micro[mb];
+  RETURN_IF_ERROR(
+      model_->Forward(micro.input, options, &micro.contexts).status());
+  state->Hold(ContextBytes(micro.contexts));
+  const double seconds = SecondsSince(start);
+  state->forward_seconds += seconds;
+  CountCompute(StageMetrics::kRecompute, seconds);
+  return absl::OkStatus();
+}
+
 absl::Status StageExecutor::Backward(int mb, StepState* state) {
   MicroBatch& micro = state->micro[mb];
-  ForwardOptions options;
-  options.dropout_seed = MicroBatchSeed(config_.spec().seed(), state->step, mb);
-  if (config_.spec().rematerialize()) {
-    // Re-materialization: recompute this micro-batch's forward from the
-    // stage input it kept, then run backward.
-    const auto start = Clock::now();
-    RETURN_IF_ERROR(
-        model_->Forward(micro.input, options, &micro.contexts).status());
-    state->Hold(ContextBytes(micro.contexts));
-    const double seconds = SecondsSince(start);
-    state->forward_seconds += seconds;
-    CountCompute(StageMetrics::kRecompute, seconds);
-  }
+  const ForwardOptions options = MicroBatchOptions(state->step, mb);
+  RETURN_IF_ERROR(Recompute(mb, options, state));
   const auto start = Clock::now();
   ASSIGN_OR_RETURN(micro.grad_input,
-                   model_->Backward(micro.grad_output, options,
-                                    &micro.contexts, !is_first()));
+                   model_->Backward(micro.grad_output, options, &micro.contexts,
+                                    !is_first()));
   state->held_bytes -= ContextBytes(micro.contexts) + micro.input.bytes();
   micro.contexts.clear();
   micro.input = Tensor();
   micro.grad_output = Tensor();
+  const double seconds = SecondsSince(start);
+  state->backward_seconds += seconds;
+  CountCompute(StageMetrics::kBackward, seconds);
+  if (metrics_ != nullptr) metrics_->in_flight()->Decrement();
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::BackwardInput(int mb, StepState* state) {
+  MicroBatch& micro = state->micro[mb];
+  const ForwardOptions options = MicroBatchOptions(state->step, mb);
+  RETURN_IF_ERROR(Recompute(mb, options, state));
+  const auto start = Clock::now();
+  const int64_t forward_bytes = ContextBytes(micro.contexts);
+  ASSIGN_OR_RETURN(micro.grad_input,
+                   model_->BackwardInput(micro.grad_output, options,
+                                         &micro.contexts, !is_first()));
+  // B drops the activations W does not need and keeps (e.g.) each linear
+  // layer's input and output gradient until W.
+  state->held_bytes -= forward_bytes + micro.input.bytes();
+  state->Hold(ContextBytes(micro.contexts));
+  micro.input = Tensor();
+  micro.grad_output = Tensor();
+  const double seconds = SecondsSince(start);
+  state->backward_seconds += seconds;
+  CountCompute(StageMetrics::kBackward, seconds);
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::BackwardWeight(int mb, StepState* state) {
+  MicroBatch& micro = state->micro[mb];
+  const auto start = Clock::now();
+  const int64_t held = ContextBytes(micro.contexts);
+  RETURN_IF_ERROR(model_->BackwardWeight(MicroBatchOptions(state->step, mb),
+                                         &micro.contexts));
+  state->held_bytes -= held;
+  micro.contexts.clear();
   const double seconds = SecondsSince(start);
   state->backward_seconds += seconds;
   CountCompute(StageMetrics::kBackward, seconds);

@@ -6,7 +6,10 @@
 // gradients from its Mailbox, sending its own through StageLinks, and
 // applying the optimizer at the end of each step. Stage 0 reads the data;
 // labels travel down with the activations to the last stage, which computes
-// the loss.
+// the loss. Schedules: GPipe, 1F1B-flush and ZB-H1 (whose backward is split
+// into B, the input gradient, and W, the weight gradient); not interleaved,
+// which needs chunk-aware links. Every executed instruction is recorded in
+// a bounded pipeline trace (see StageTrace).
 //
 // Thread-safety: public methods are thread-safe. The training thread owns
 // the model and backend while a step runs; Weights() waits for the step in
@@ -33,6 +36,7 @@
 #include "worker/pipeline/mailbox.h"
 #include "worker/pipeline/schedule.h"
 #include "worker/pipeline/stage_metrics.h"
+#include "worker/pipeline/stage_trace.h"
 
 namespace pipetrain {
 
@@ -85,6 +89,12 @@ class StageExecutor {
   absl::Status Wait();
 
   v1::GetStatusResponse GetStatus(int64_t results_since) const;
+  // The pipeline trace: one event per instruction run in steps >=
+  // since_step, in execution order, from a window of the most recent steps
+  // (StageTrace's bounds). Cheap enough to call from a gRPC reaction.
+  v1::GetTraceResponse Trace(int64_t since_step) const {
+    return trace_.Since(since_step);
+  }
   absl::StatusOr<v1::GetWeightsResponse> Weights();
   int64_t next_step() const { return next_step_.load(); }
   StageTimings timings() const;
@@ -117,6 +127,16 @@ class StageExecutor {
   absl::Status Loss(int mb, StepState* state);
   absl::Status ReceiveGradient(int mb, StepState* state);
   absl::Status Backward(int mb, StepState* state);
+  // Zero-bubble halves of Backward: B keeps in the micro-batch's contexts
+  // only what W needs; W frees them.
+  absl::Status BackwardInput(int mb, StepState* state);
+  absl::Status BackwardWeight(int mb, StepState* state);
+  // Re-materialization (when configured): recomputes micro-batch mb's
+  // forward contexts from the stage input it kept.
+  absl::Status Recompute(int mb, const ForwardOptions& options,
+                         StepState* state);
+  // Micro-batch mb's forward options (dropout seed) in the current step.
+  ForwardOptions MicroBatchOptions(int64_t step, int mb) const;
   absl::Status SendGradient(int mb, StepState* state);
   absl::Status OptimizerStep(StepState* state);
   absl::StatusOr<double> GlobalSumSquares(double local, int64_t step);
@@ -132,8 +152,8 @@ class StageExecutor {
 
   // Constant after construction.
   const v1::StageConfig config_;
-  Backend* const backend_;        // borrowed
-  StageMetrics* const metrics_;   // borrowed, may be null
+  Backend* const backend_;       // borrowed
+  StageMetrics* const metrics_;  // borrowed, may be null
   int64_t rows_per_micro_batch_ = 0;
   Shape label_shape_;  // per sample, from the whole model's output
   std::vector<Instruction> schedule_;
@@ -154,6 +174,7 @@ class StageExecutor {
   std::atomic<int64_t> until_step_{0};
   std::atomic<int64_t> weight_version_{0};
   std::atomic<bool> stop_{false};
+  StageTrace trace_;  // thread-safe
 
   mutable std::mutex mu_;
   std::shared_ptr<StageLink> downstream_ ABSL_GUARDED_BY(mu_);

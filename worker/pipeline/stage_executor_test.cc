@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <map>
+#include <string>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -62,11 +65,11 @@ v1::TrainingSpec Spec(int64_t m, bool remat) {
 struct Pipeline {
   std::vector<std::unique_ptr<Backend>> backends;
   std::vector<std::unique_ptr<StageExecutor>> stages;
-  
 };
 
 // Cuts the model at `cuts` (layer indices) into stages.
-Pipeline Build(const v1::TrainingSpec& spec, const std::vector<int>& cuts) {
+Pipeline Build(const v1::TrainingSpec& spec, const std::vector<int>& cuts,
+               v1::ScheduleKindProto schedule = v1::SCHEDULE_GPIPE) {
   Pipeline p;
   std::vector<int> bounds = {0};
   bounds.insert(bounds.end(), cuts.begin(), cuts.end());
@@ -80,6 +83,7 @@ Pipeline Build(const v1::TrainingSpec& spec, const std::vector<int>& cuts) {
     config.set_num_stages(k);
     config.set_layer_begin(bounds[s]);
     config.set_layer_end(bounds[s + 1]);
+    config.set_schedule(schedule);
     if (s + 1 < k) config.set_downstream("in-memory");
     config.set_recv_timeout_s(30);
     p.backends.push_back(CreateCpuBackend(1));
@@ -96,8 +100,9 @@ Pipeline Build(const v1::TrainingSpec& spec, const std::vector<int>& cuts) {
   return p;
 }
 
-void ExpectMatchesReference(const v1::TrainingSpec& spec,
-                            const std::vector<int>& cuts) {
+void ExpectMatchesReference(
+    const v1::TrainingSpec& spec, const std::vector<int>& cuts,
+    v1::ScheduleKindProto schedule = v1::SCHEDULE_GPIPE) {
   auto backend = CreateCpuBackend(1);
   auto reference = LocalTrainer::Create(spec, backend.get());
   ASSERT_TRUE(reference.ok()) << reference.status();
@@ -110,14 +115,13 @@ void ExpectMatchesReference(const v1::TrainingSpec& spec,
   auto want_weights = (*reference)->model()->ParamsToHost();
   ASSERT_TRUE(want_weights.ok());
 
-  Pipeline p = Build(spec, cuts);
+  Pipeline p = Build(spec, cuts, schedule);
   for (auto& stage : p.stages) ASSERT_TRUE(stage->Train(spec.steps()).ok());
   for (auto& stage : p.stages) ASSERT_TRUE(stage->Wait().ok()) << stage->Wait();
   const auto status = p.stages.back()->GetStatus(0);
   ASSERT_EQ(status.results_size(), spec.steps());
   for (int i = 0; i < spec.steps(); ++i) {
-    EXPECT_NEAR(status.results(i).loss(), want_losses[i],
-                1e-5 * want_losses[i])
+    EXPECT_NEAR(status.results(i).loss(), want_losses[i], 1e-5 * want_losses[i])
         << "step " << i;
   }
   size_t w = 0;
@@ -154,6 +158,62 @@ TEST(StageExecutor, TwoToFourStagesMatchTheReference) {
   }
 }
 
+// 1F1B-flush and ZB-H1 are synchronous too: with backwards (and ZB-H1's W
+// passes) in ascending micro-batch order they accumulate gradients in the
+// reference's order.
+TEST(StageExecutor, OneFOneBAndZeroBubbleMatchTheReference) {
+  for (v1::ScheduleKindProto schedule :
+       {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_ZB_H1}) {
+    for (bool remat : {false, true}) {
+      for (int64_t m : {4, 8}) {
+        SCOPED_TRACE(::testing::Message()
+                     << v1::ScheduleKindProto_Name(schedule) << " M=" << m
+                     << " remat=" << remat);
+        ExpectMatchesReference(Spec(m, remat), {3}, schedule);
+        ExpectMatchesReference(Spec(m, remat), {2, 5}, schedule);
+        ExpectMatchesReference(Spec(m, remat), {1, 3, 6}, schedule);
+      }
+    }
+  }
+}
+
+// A small character-level Transformer: embedding (whose gradient ZB-H1
+// computes in W), attention and layer norms, cut inside the block stack.
+TEST(StageExecutor, ZeroBubbleTrainsATransformerLikeTheReference) {
+  const std::string corpus = ::testing::TempDir() + "/zb_corpus.txt";
+  {
+    std::ofstream out(corpus);
+    for (int i = 0; i < 200; ++i) {
+      out << "the quick brown fox " << i << " jumps over the lazy dog.\n";
+    }
+  }
+  v1::TrainingSpec spec;
+  const absl::Status status = ParseJson(R"({
+    "model": {
+      "inputKind": "INPUT_KIND_TOKENS", "inputShape": [8],
+      "loss": "LOSS_KIND_SOFTMAX_CROSS_ENTROPY",
+      "layers": [
+        {"embedding": {"vocabSize": 256, "dim": 16, "maxSeqLen": 8}},
+        {"transformerBlock": {"dim": 16, "heads": 2}},
+        {"transformerBlock": {"dim": 16, "heads": 2, "mlpDim": 32}},
+        {"layerNorm": {"features": 16}},
+        {"linear": {"inFeatures": 16, "outFeatures": 256}}
+      ]},
+    "data": {"charCorpus": {"seqLen": 8}},
+    "optimizer": {"adamw": {"lr": 0.003, "weightDecay": 0.01},
+                  "clipGradNorm": 1.0},
+    "batchSize": 16, "microBatches": 4, "steps": 4, "seed": 1})",
+                                        &spec);
+  ASSERT_TRUE(status.ok()) << status;
+  spec.mutable_data()->mutable_char_corpus()->add_files(corpus);
+  for (bool remat : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "remat=" << remat);
+    spec.set_rematerialize(remat);
+    ExpectMatchesReference(spec, {2}, v1::SCHEDULE_ZB_H1);
+    ExpectMatchesReference(spec, {1, 3}, v1::SCHEDULE_ZB_H1);
+  }
+}
+
 TEST(StageExecutor, RematerializationHoldsLessActivationMemory) {
   int64_t peak[2];
   for (bool remat : {false, true}) {
@@ -183,6 +243,10 @@ TEST(StageExecutor, BadConfigsAndMessagesAreRejected) {
             absl::StatusCode::kInvalidArgument);
   config.set_layer_begin(3);
   config.set_layer_end(7);
+  config.set_schedule(v1::SCHEDULE_INTERLEAVED);
+  EXPECT_EQ(StageExecutor::Create(config, backend.get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  config.set_schedule(v1::SCHEDULE_GPIPE);
   auto stage = StageExecutor::Create(config, backend.get());
   ASSERT_TRUE(stage.ok()) << stage.status();
 
@@ -261,6 +325,99 @@ TEST(StageExecutor, TargetsMoveWhileTrainingToPauseAndResume) {
   for (auto& stage : p.stages) ASSERT_TRUE(stage->Wait().ok());
   EXPECT_EQ(p.stages[1]->next_step(), *target + 3);
   EXPECT_EQ(p.stages[1]->GetStatus(0).results_size(), *target + 3);
+}
+
+}  // namespace
+}  // namespace pipetrain
+
+namespace pipetrain {
+namespace {
+
+ScheduleKind KindOf(v1::ScheduleKindProto schedule) {
+  switch (schedule) {
+    case v1::SCHEDULE_1F1B_FLUSH:
+      return ScheduleKind::kOneFOneBFlush;
+    case v1::SCHEDULE_ZB_H1:
+      return ScheduleKind::kZeroBubbleH1;
+    default:
+      return ScheduleKind::kGPipe;
+  }
+}
+
+// After N steps every stage's trace holds, per step, exactly its schedule's
+// instructions in order: so one forward and one backward (or one B and one
+// W) per micro-batch, each with the step's weight version.
+TEST(StageExecutor, TraceRecordsEveryInstructionInScheduleOrder) {
+  constexpr int kSteps = 3;
+  constexpr int kMicroBatches = 4;
+  for (v1::ScheduleKindProto schedule :
+       {v1::SCHEDULE_GPIPE, v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_ZB_H1}) {
+    SCOPED_TRACE(v1::ScheduleKindProto_Name(schedule));
+    const bool zb = schedule == v1::SCHEDULE_ZB_H1;
+    v1::TrainingSpec spec = Spec(kMicroBatches, false);
+    spec.set_steps(kSteps);
+    Pipeline p = Build(spec, {2, 5}, schedule);
+    for (auto& stage : p.stages) ASSERT_TRUE(stage->Train(kSteps).ok());
+    for (auto& stage : p.stages) ASSERT_TRUE(stage->Wait().ok());
+    const int k = static_cast<int>(p.stages.size());
+    for (int s = 0; s < k; ++s) {
+      SCOPED_TRACE(::testing::Message() << "stage " << s);
+      ScheduleParams params;
+      params.kind = KindOf(schedule);
+      params.num_stages = k;
+      params.micro_batches = kMicroBatches;
+      auto want = BuildSchedule(params, s);
+      ASSERT_TRUE(want.ok());
+      const v1::GetTraceResponse trace = p.stages[s]->Trace(0);
+      ASSERT_EQ(trace.events_size(), kSteps * static_cast<int>(want->size()));
+      int e = 0;
+      for (int step = 0; step < kSteps; ++step) {
+        std::map<std::string, std::vector<int>> per_op;  // op -> count per mb
+        for (const Instruction& instruction : *want) {
+          const v1::TraceEvent& event = trace.events(e++);
+          EXPECT_EQ(event.stage(), s);
+          EXPECT_EQ(event.step(), step);
+          EXPECT_EQ(event.op(), OpKindShortName(instruction.op));
+          EXPECT_EQ(event.micro_batch(), instruction.micro_batch);
+          EXPECT_EQ(event.chunk(), 0);
+          EXPECT_EQ(event.weight_version(), step);
+          EXPECT_LE(event.start_unix_us(), event.end_unix_us());
+          std::vector<int>& count = per_op[event.op()];
+          count.resize(kMicroBatches);
+          ++count.at(event.micro_batch());
+        }
+        const std::vector<int> once(kMicroBatches, 1);
+        EXPECT_EQ(per_op["F"], once);
+        EXPECT_EQ(per_op[zb ? "BI" : "B"], once);
+        EXPECT_EQ(per_op["W"], zb ? once : std::vector<int>());
+        EXPECT_EQ(per_op.count(zb ? "B" : "BI"), 0u);
+      }
+      // since_step keeps only the later steps.
+      const v1::GetTraceResponse late = p.stages[s]->Trace(kSteps - 1);
+      ASSERT_EQ(late.events_size(), static_cast<int>(want->size()));
+      for (const v1::TraceEvent& event : late.events()) {
+        EXPECT_EQ(event.step(), kSteps - 1);
+      }
+      EXPECT_EQ(p.stages[s]->Trace(kSteps).events_size(), 0);
+    }
+  }
+}
+
+// ZB-H1 frees a micro-batch's activations after W, so its peak is no lower
+// than 1F1B-flush's, and no higher than GPipe's (which holds all M).
+TEST(StageExecutor, ZeroBubbleActivationMemoryLiesBetween1F1BAndGPipe) {
+  std::map<v1::ScheduleKindProto, int64_t> peak;
+  for (v1::ScheduleKindProto schedule :
+       {v1::SCHEDULE_GPIPE, v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_ZB_H1}) {
+    Pipeline p = Build(Spec(8, false), {2, 5}, schedule);
+    for (auto& stage : p.stages) ASSERT_TRUE(stage->Train(1).ok());
+    for (auto& stage : p.stages) ASSERT_TRUE(stage->Wait().ok());
+    peak[schedule] = p.stages[1]->timings().peak_activation_bytes;
+  }
+  EXPECT_GT(peak[v1::SCHEDULE_1F1B_FLUSH], 0);
+  EXPECT_LT(peak[v1::SCHEDULE_1F1B_FLUSH], peak[v1::SCHEDULE_GPIPE]);
+  EXPECT_GE(peak[v1::SCHEDULE_ZB_H1], peak[v1::SCHEDULE_1F1B_FLUSH]);
+  EXPECT_LT(peak[v1::SCHEDULE_ZB_H1], peak[v1::SCHEDULE_GPIPE]);
 }
 
 }  // namespace

@@ -24,13 +24,14 @@ absl::StatusOr<std::unique_ptr<StageMetrics>> StageMetrics::Create(
   for (int d = 0; d < 2; ++d) {
     for (int k = 0; k < 2; ++k) {
       const Labels labels = {{"direction", directions[d]}, {"kind", kinds[k]}};
-      ASSIGN_OR_RETURN(m->bytes_[d][k],
-                       r->GetCounter("pipetrain_stage_bytes_total",
-                                     "Payload bytes on the pipeline edges.",
-                                     labels));
-      ASSIGN_OR_RETURN(m->messages_[d][k],
-                       r->GetCounter("pipetrain_stage_messages_total",
-                                     "Messages on the pipeline edges.", labels));
+      ASSIGN_OR_RETURN(
+          m->bytes_[d][k],
+          r->GetCounter("pipetrain_stage_bytes_total",
+                        "Payload bytes on the pipeline edges.", labels));
+      ASSIGN_OR_RETURN(
+          m->messages_[d][k],
+          r->GetCounter("pipetrain_stage_messages_total",
+                        "Messages on the pipeline edges.", labels));
     }
   }
   ASSIGN_OR_RETURN(m->in_flight_,
@@ -45,9 +46,8 @@ absl::StatusOr<std::unique_ptr<StageMetrics>> StageMetrics::Create(
                                          "stage only)."));
   ASSIGN_OR_RETURN(m->steps_, r->GetCounter("pipetrain_stage_steps_total",
                                             "Training steps completed."));
-  ASSIGN_OR_RETURN(m->samples_,
-                   r->GetCounter("pipetrain_stage_samples_total",
-                                 "Samples this stage processed."));
+  ASSIGN_OR_RETURN(m->samples_, r->GetCounter("pipetrain_stage_samples_total",
+                                              "Samples this stage processed."));
   ASSIGN_OR_RETURN(m->peak_bytes_,
                    r->GetGauge("pipetrain_stage_peak_activation_bytes",
                                "Peak activation memory held in the last "
@@ -57,6 +57,12 @@ absl::StatusOr<std::unique_ptr<StageMetrics>> StageMetrics::Create(
                                "Index of the stage this worker runs (-1: "
                                "none)."));
   m->stage_index_->Set(-1);
+  ASSIGN_OR_RETURN(m->theoretical_bubble_,
+                   r->GetGauge("pipetrain_stage_theoretical_bubble",
+                               "Idle (bubble) fraction of a step that the "
+                               "configured schedule has in theory, from the "
+                               "schedule simulator with uniform stage costs "
+                               "(0 while no stage is configured)."));
   return m;
 }
 

@@ -13,6 +13,12 @@
 //   steps_total, samples_total
 //   peak_activation_bytes               last step's peak held activations
 //   index                               this worker's stage index
+//   theoretical_bubble                  idle fraction the configured
+//                                       schedule has in theory (uniform
+//                                       costs, backward = 2 x forward)
+//   device_memory_bytes{device}         memory the backend holds on its
+//                                       device (registered by the worker's
+//                                       main(), see Backend::MemoryBytes)
 #ifndef PIPETRAIN_WORKER_PIPELINE_STAGE_METRICS_H_
 #define PIPETRAIN_WORKER_PIPELINE_STAGE_METRICS_H_
 
@@ -26,7 +32,14 @@ namespace pipetrain {
 
 class StageMetrics {
  public:
-  enum Phase { kForward = 0, kRecompute, kBackward, kLoss, kOptimizer, kPhases };
+  enum Phase {
+    kForward = 0,
+    kRecompute,
+    kBackward,
+    kLoss,
+    kOptimizer,
+    kPhases
+  };
   enum Direction { kSent = 0, kReceived = 1 };
 
   static absl::StatusOr<std::unique_ptr<StageMetrics>> Create(
@@ -44,6 +57,7 @@ class StageMetrics {
   Counter* samples() const { return samples_; }
   Gauge* peak_activation_bytes() const { return peak_bytes_; }
   Gauge* stage_index() const { return stage_index_; }
+  Gauge* theoretical_bubble() const { return theoretical_bubble_; }
 
  private:
   StageMetrics() = default;
@@ -59,6 +73,7 @@ class StageMetrics {
   Counter* samples_ = nullptr;
   Gauge* peak_bytes_ = nullptr;
   Gauge* stage_index_ = nullptr;
+  Gauge* theoretical_bubble_ = nullptr;
 };
 
 }  // namespace pipetrain

@@ -42,6 +42,9 @@ class CudaBackend : public Backend {
 
   Device device() const override { return Device::kCuda; }
   std::string Describe() const override { return description_; }
+  int64_t MemoryBytes() const override {
+    return static_cast<int64_t>(cache_->reserved_bytes());
+  }
 
   absl::StatusOr<Tensor> Allocate(const Shape& shape) override {
     return AllocateImpl(shape, /*zero=*/true);

@@ -1,0 +1,143 @@
+// bench_schedules: every schedule the stage executor runs, side by side in
+// one run, on worker processes: the MLP 784-2048-2048-2048-10 (batch 256,
+// M = 8) on K = 2 workers, and the character Transformer LM on K = 3.
+// Per schedule: samples/s, each stage's measured idle fraction beside the
+// schedule's theoretical bubble, and peak activation memory per stage.
+//
+// Last line: {"bench":"schedules", "<model>_<schedule>_samples_per_s": ...}.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "tests/cluster_harness.h"
+#include "worker/nn/model.h"
+#include "worker/pipeline/schedule.h"
+
+namespace pipetrain {
+namespace {
+
+constexpr int kWarmupSteps = 2;
+
+struct Case {
+  const char* name;
+  v1::TrainingSpec spec;
+  std::vector<int> cuts;
+};
+
+v1::TrainingSpec MlpSpec() {
+  v1::TrainingSpec spec;
+  auto* model = spec.mutable_model();
+  model->set_input_kind(v1::INPUT_KIND_FLOAT);
+  model->add_input_shape(784);
+  model->set_loss(v1::LOSS_KIND_SOFTMAX_CROSS_ENTROPY);
+  const int widths[] = {784, 2048, 2048, 2048, 10};
+  for (int i = 0; i < 4; ++i) {
+    auto* linear = model->add_layers()->mutable_linear();
+    linear->set_in_features(widths[i]);
+    linear->set_out_features(widths[i + 1]);
+    if (i < 3) model->add_layers()->mutable_relu();
+  }
+  auto* data = spec.mutable_data()->mutable_synthetic();
+  data->set_features(784);
+  data->set_classes(10);
+  data->set_train_samples(8192);
+  data->set_eval_samples(256);
+  spec.mutable_optimizer()->mutable_sgd()->set_lr(0.01f);
+  spec.set_batch_size(256);
+  spec.set_micro_batches(8);
+  spec.set_steps(kWarmupSteps + 10);
+  spec.set_seed(1);
+  return spec;
+}
+
+v1::TrainingSpec LmSpec() {
+  v1::TrainingSpec spec;
+  (void)ReadJsonFile(testing::SourcePath("examples/char_transformer.job.json"),
+                     &spec);
+  spec.set_micro_batches(8);
+  spec.set_steps(kWarmupSteps + 10);
+  return spec;
+}
+
+double MeanStepSeconds(const v1::GetStatusResponse& status) {
+  double sum = 0;
+  int n = 0;
+  for (const auto& r : status.results()) {
+    if (r.step() >= kWarmupSteps) {
+      sum += r.seconds();
+      ++n;
+    }
+  }
+  return n == 0 ? 0 : sum / n;
+}
+
+int Main() {
+  std::vector<testing::Worker> workers;
+  for (int i = 0; i < 3; ++i) {
+    auto w = testing::StartWorker({"--threads=1"});
+    if (!w.ok()) {
+      std::fprintf(stderr, "%s\n", w.status().ToString().c_str());
+      return 1;
+    }
+    workers.push_back(std::move(*w));
+  }
+  const std::vector<Case> cases = {{"mlp", MlpSpec(), {3}},
+                                   {"lm", LmSpec(), {2, 3}}};
+  const std::vector<std::pair<const char*, v1::ScheduleKindProto>> kinds = {
+      {"gpipe", v1::SCHEDULE_GPIPE},
+      {"1f1b-flush", v1::SCHEDULE_1F1B_FLUSH},
+      {"zb-h1", v1::SCHEDULE_ZB_H1}};
+  std::string json = "{\"bench\":\"schedules\"";
+  int job = 0;
+  for (const Case& c : cases) {
+    const int k = static_cast<int>(c.cuts.size()) + 1;
+    double gpipe_rate = 0;
+    for (const auto& [name, kind] : kinds) {
+      testing::PipelineOptions options;
+      options.schedule = kind;
+      options.fetch_weights = false;
+      const testing::PipelineRun run =
+          testing::RunPipeline(workers, absl::StrFormat("%s-%d", c.name, ++job),
+                               c.spec, c.cuts, options);
+      if (!run.status.ok()) {
+        std::printf("%s %s: %s\n", c.name, name, run.status.ToString().c_str());
+        continue;
+      }
+      const double step = MeanStepSeconds(run.stages.back());
+      const double rate = c.spec.batch_size() / step;
+      if (kind == v1::SCHEDULE_GPIPE) gpipe_rate = rate;
+      ScheduleParams params;
+      params.kind = *ParseScheduleKind(name);
+      params.num_stages = k;
+      params.micro_batches = static_cast<int>(c.spec.micro_batches());
+      const double theory = TheoreticalBubble(params, SimCosts());
+      std::printf(
+          "%-4s K=%d M=%lld %-11s %8.1f samples/s (%.2fx GPipe); bubble theory "
+          "%.1f%%;",
+          c.name, k, static_cast<long long>(c.spec.micro_batches()), name, rate,
+          gpipe_rate > 0 ? rate / gpipe_rate : 0, 100 * theory);
+      for (int s = 0; s < k; ++s) {
+        std::printf(" s%d idle %.1f%% peak %.1f MiB;", s,
+                    100 * run.stages[s].idle_fraction(),
+                    run.stages[s].peak_activation_bytes() / 1048576.0);
+      }
+      std::printf("\n");
+      json += absl::StrFormat(
+          ",\"%s_%s_samples_per_s\":%.1f,\"%s_%s_vs_gpipe\":%.3f,"
+          "\"%s_%s_stage0_idle\":%.3f,\"%s_%s_theory_bubble\":%.3f,"
+          "\"%s_%s_stage0_peak_mib\":%.2f",
+          c.name, name, rate, c.name, name,
+          gpipe_rate > 0 ? rate / gpipe_rate : 0, c.name, name,
+          run.stages[0].idle_fraction(), c.name, name, theory, c.name, name,
+          run.stages[0].peak_activation_bytes() / 1048576.0);
+    }
+  }
+  std::printf("%s}\n", json.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace pipetrain
+
+int main() { return pipetrain::Main(); }
