@@ -87,7 +87,8 @@ int Main() {
   const std::vector<std::pair<const char*, v1::ScheduleKindProto>> kinds = {
       {"gpipe", v1::SCHEDULE_GPIPE},
       {"1f1b-flush", v1::SCHEDULE_1F1B_FLUSH},
-      {"zb-h1", v1::SCHEDULE_ZB_H1}};
+      {"zb-h1", v1::SCHEDULE_ZB_H1},
+      {"1f1b-async", v1::SCHEDULE_ASYNC_1F1B}};
   std::string json = "{\"bench\":\"schedules\"";
   int job = 0;
   for (const Case& c : cases) {

@@ -23,7 +23,8 @@ MemoryModel MemoryFor(const v1::JobSpec& spec) {
   if (spec.training().rematerialize()) return MemoryModel::kRematerialized;
   // ZB-H1 holds as many micro-batches as 1F1B (until their B pass).
   return spec.schedule() == v1::SCHEDULE_1F1B_FLUSH ||
-                 spec.schedule() == v1::SCHEDULE_ZB_H1
+                 spec.schedule() == v1::SCHEDULE_ZB_H1 ||
+                 spec.schedule() == v1::SCHEDULE_ASYNC_1F1B
              ? MemoryModel::kOneFOneB
              : MemoryModel::kGPipe;
 }
@@ -237,6 +238,7 @@ absl::Status SchedulerCore::LaunchStages(const std::string& job_id,
     config.set_schedule(spec.schedule());
     config.set_wire_dtype(spec.wire_dtype());
     config.set_recv_timeout_s(options_.stage_recv_timeout_seconds);
+    config.set_vertical_sync(spec.vertical_sync());
     ASSIGN_OR_RETURN(
         v1::ConfigureResponse r,
         control_->Configure(plan.stages(s).worker_address(), config));

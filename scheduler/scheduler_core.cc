@@ -248,6 +248,7 @@ void SchedulerCore::ApplyReport(const std::string& worker_id,
     p->set_forward_seconds(r.forward_seconds());
     p->set_backward_seconds(r.backward_seconds());
     p->set_peak_activation_bytes(r.peak_activation_bytes());
+    p->set_stash_depth(r.stash_depth());
   }
   e->job.set_step(step);
   e->job.set_committed_version(committed);
@@ -301,6 +302,10 @@ absl::StatusOr<v1::Job> SchedulerCore::SubmitJob(
     return absl::FailedPreconditionError(
         absl::StrCat("the job needs ", spec.num_stages(), " workers but only ",
                      alive, " are registered"));
+  }
+  if (spec.vertical_sync() && spec.schedule() != v1::SCHEDULE_ASYNC_1F1B) {
+    return absl::InvalidArgumentError(
+        "spec.vertical_sync: only applies to SCHEDULE_ASYNC_1F1B");
   }
   if (spec.schedule() == v1::SCHEDULE_INTERLEAVED) {
     return absl::InvalidArgumentError(

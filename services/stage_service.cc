@@ -58,6 +58,7 @@ std::optional<v1::StageReport> StageServiceImpl::Report(
   report.set_backward_seconds(status.backward_seconds());
   report.set_idle_fraction(status.idle_fraction());
   report.set_peak_activation_bytes(status.peak_activation_bytes());
+  report.set_stash_depth(status.stash_depth());
   return report;
 }
 

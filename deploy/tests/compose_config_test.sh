@@ -2,7 +2,8 @@
 # docker-compose config -q on deploy/docker-compose.yml for each profile,
 # then check_compose.py on the resolved file.
 #   compose_config_test.sh BIN_DIR
-source "$(dirname "$0")/lib.sh"
+# shellcheck source=deploy/tests/lib.sh
+source "$(dirname "$0")/lib.sh" || exit 1
 BIN_DIR="${1:?usage: compose_config_test.sh BIN_DIR}"
 need docker-compose
 need_python_yaml

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Grafana dashboard's structure (promql_check.py dashboard) and every
 # PromQL expression in it parsed by promtool (as recording rules).
-source "$(dirname "$0")/lib.sh"
+# shellcheck source=deploy/tests/lib.sh
+source "$(dirname "$0")/lib.sh" || exit 1
 need promtool
 need_python_yaml
 OUT="$(mktemp -d)"

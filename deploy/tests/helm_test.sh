@@ -4,7 +4,8 @@
 # check_helm.py then checks the rendered manifests (GPU limits, gRPC probes,
 # headless Service, PVC, flags the binaries really have, monitoring).
 #   helm_test.sh BIN_DIR
-source "$(dirname "$0")/lib.sh"
+# shellcheck source=deploy/tests/lib.sh
+source "$(dirname "$0")/lib.sh" || exit 1
 BIN_DIR="${1:?usage: helm_test.sh BIN_DIR}"
 need "$HELM"
 need_python_yaml

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers of the deploy tests (sourced). Every tool a test needs must
 # be there: deploy/setup.sh installs them, so a missing one is a failure,
 # never a skip.
@@ -6,7 +7,7 @@ set -uo pipefail
 FAILED=0
 ROOT="${PIPETRAIN_SOURCE_DIR:?set PIPETRAIN_SOURCE_DIR to the repository root}"
 PYTHON=/usr/bin/python3
-HELM="$ROOT/.tools/bin/helm"
+export HELM="$ROOT/.tools/bin/helm"
 
 need() {
   local tool

@@ -2,7 +2,8 @@
 # promtool check config / check rules / test rules on the Prometheus files
 # of the compose deployment, and every alert has a unit test, a severity and
 # a summary.
-source "$(dirname "$0")/lib.sh"
+# shellcheck source=deploy/tests/lib.sh
+source "$(dirname "$0")/lib.sh" || exit 1
 need promtool
 need_python_yaml
 P="$ROOT/deploy/prometheus"

@@ -28,7 +28,8 @@ ABSL_FLAG(int, stages, -1,
           "submit: stages to cut the model into (0: let the planner choose; "
           "-1: as in the spec)");
 ABSL_FLAG(std::string, schedule, "",
-          "submit: gpipe, 1f1b-flush, interleaved or zb-h1 (default: as in "
+          "submit: gpipe, 1f1b-flush, zb-h1, 1f1b-async or interleaved "
+          "(default: as in "
           "the spec)");
 ABSL_FLAG(std::string, wire, "",
           "submit: f32, bf16 or f16 activations on the wire (default: as in "

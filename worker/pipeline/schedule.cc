@@ -19,7 +19,8 @@ namespace {
 // instructions (the simulator keeps one mailbox slot per chunk-op).
 constexpr int64_t kMaxStageChunkMicroBatches = int64_t{1} << 22;
 
-constexpr const char* kValidKinds = "gpipe, 1f1b-flush, interleaved, zb-h1";
+constexpr const char* kValidKinds =
+    "gpipe, 1f1b-flush, interleaved, zb-h1, 1f1b-async";
 
 absl::Status ValidateVirtualStages(const ScheduleParams& p) {
   if (p.kind != ScheduleKind::kInterleaved) {
@@ -52,6 +53,7 @@ absl::Status ValidateParams(const ScheduleParams& p) {
     case ScheduleKind::kOneFOneBFlush:
     case ScheduleKind::kInterleaved:
     case ScheduleKind::kZeroBubbleH1:
+    case ScheduleKind::kOneFOneBAsync:
       break;
     default:
       return absl::InvalidArgumentError(
@@ -93,11 +95,14 @@ class StreamWriter {
     if (!IsFirst(chunk)) Add(OpKind::kSendGradient, m, chunk);
   }
   void BackwardWeight(int m) { Add(OpKind::kBackwardWeight, m, 0); }
+  // An optimizer step applying micro-batch m's gradient alone.
+  void Step(int m) { Add(OpKind::kOptimizerStep, m, 0); }
 
   std::vector<Instruction> Finish() && {
     Add(OpKind::kOptimizerStep, 0, 0);
     return std::move(out_);
   }
+  std::vector<Instruction> FinishWithoutStep() && { return std::move(out_); }
 
  private:
   bool IsFirst(int chunk) const { return stage_ == 0 && chunk == 0; }
@@ -138,6 +143,28 @@ std::vector<Instruction> BuildOneFOneB(const ScheduleParams& p, int stage) {
   }
   for (int i = m_total - warmup; i < m_total; ++i) w.Backward(i);
   return std::move(w).Finish();
+}
+
+// PipeDream's asynchronous 1F1B: 1F1B's order with an update after every
+// backward, so each micro-batch's forward may see weights newer than the
+// previous one's (hence weight stashing in the executor). Stage s holds at
+// most K - s micro-batches, so at most K - s weight versions.
+std::vector<Instruction> BuildOneFOneBAsync(const ScheduleParams& p,
+                                            int stage) {
+  StreamWriter w(p.num_stages, stage, 1);
+  const int warmup = OneFOneBWarmup(p, stage);
+  const int m_total = p.micro_batches;
+  for (int m = 0; m < warmup; ++m) w.Forward(m);
+  for (int i = 0; i < m_total - warmup; ++i) {
+    w.Forward(warmup + i);
+    w.Backward(i);
+    w.Step(i);
+  }
+  for (int i = m_total - warmup; i < m_total; ++i) {
+    w.Backward(i);
+    w.Step(i);
+  }
+  return std::move(w).FinishWithoutStep();
 }
 
 // ZB-H1: 1F1B's order of F and B (so at most K - s micro-batches between
@@ -273,6 +300,8 @@ const char* ScheduleKindName(ScheduleKind kind) {
       return "interleaved";
     case ScheduleKind::kZeroBubbleH1:
       return "zb-h1";
+    case ScheduleKind::kOneFOneBAsync:
+      return "1f1b-async";
   }
   return "unknown";
 }
@@ -280,7 +309,8 @@ const char* ScheduleKindName(ScheduleKind kind) {
 absl::StatusOr<ScheduleKind> ParseScheduleKind(const std::string& name) {
   for (ScheduleKind kind :
        {ScheduleKind::kGPipe, ScheduleKind::kOneFOneBFlush,
-        ScheduleKind::kInterleaved, ScheduleKind::kZeroBubbleH1}) {
+        ScheduleKind::kInterleaved, ScheduleKind::kZeroBubbleH1,
+        ScheduleKind::kOneFOneBAsync}) {
     if (name == ScheduleKindName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat(
@@ -312,6 +342,8 @@ absl::StatusOr<std::vector<Instruction>> BuildSchedule(
       return BuildInterleaved(params, stage);
     case ScheduleKind::kZeroBubbleH1:
       return BuildZeroBubbleH1(params, stage);
+    case ScheduleKind::kOneFOneBAsync:
+      return BuildOneFOneBAsync(params, stage);
   }
   return absl::InvalidArgumentError("unknown schedule kind");
 }
@@ -340,6 +372,7 @@ double TheoreticalBubble(const ScheduleParams& params, const SimCosts& costs) {
   switch (params.kind) {
     case ScheduleKind::kGPipe:
     case ScheduleKind::kOneFOneBFlush:
+    case ScheduleKind::kOneFOneBAsync:  // drains at each window's end
       idle = (k - 1) * work;
       break;
     case ScheduleKind::kInterleaved:
@@ -351,7 +384,9 @@ double TheoreticalBubble(const ScheduleParams& params, const SimCosts& costs) {
       break;
     }
   }
-  const double total = m * work + costs.optimizer + idle;
+  // The asynchronous schedule steps the optimizer after every micro-batch.
+  const double steps = params.kind == ScheduleKind::kOneFOneBAsync ? m : 1;
+  const double total = m * work + steps * costs.optimizer + idle;
   return total > 0 ? idle / total : 0.0;
 }
 

@@ -20,6 +20,11 @@ enum class ScheduleKind {
   kOneFOneBFlush,  // PipeDream-Flush: 1F1B steady state, one update (flush)
   kInterleaved,    // interleaved 1F1B, v virtual stages (chunks) per stage
   kZeroBubbleH1,   // ZB-H1: backward split into B (input) and W (weight)
+  // PipeDream's asynchronous 1F1B: 1F1B's order, and an optimizer step after
+  // every micro-batch's backward (no gradient accumulation). Backward uses
+  // the weights its forward used (weight stashing). The stream drains at
+  // the end of each mini-batch window of M micro-batches.
+  kOneFOneBAsync,
 };
 
 enum class OpKind {
@@ -60,7 +65,7 @@ const char* OpKindName(OpKind op);
 // The short name ToString uses: "F", "B", "BI", "W", "SendA", "Step", ...
 const char* OpKindShortName(OpKind op);
 const char* ScheduleKindName(ScheduleKind kind);
-// Parses "gpipe", "1f1b-flush", "interleaved", "zb-h1".
+// Parses "gpipe", "1f1b-flush", "interleaved", "zb-h1", "1f1b-async".
 absl::StatusOr<ScheduleKind> ParseScheduleKind(const std::string& name);
 std::string ToString(const Instruction& instruction);
 

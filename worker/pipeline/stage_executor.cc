@@ -37,6 +37,8 @@ absl::StatusOr<ScheduleKind> FromProto(v1::ScheduleKindProto kind) {
       return ScheduleKind::kOneFOneBFlush;
     case v1::SCHEDULE_ZB_H1:
       return ScheduleKind::kZeroBubbleH1;
+    case v1::SCHEDULE_ASYNC_1F1B:
+      return ScheduleKind::kOneFOneBAsync;
     default:
       // Interleaved needs links per model chunk (virtual stage).
       return absl::InvalidArgumentError(absl::StrCat(
@@ -80,6 +82,8 @@ struct StageExecutor::MicroBatch {
   std::vector<LayerContext> contexts;
   Tensor grad_output;  // device: dL/d(output)
   Tensor grad_input;   // device: dL/d(input), until sent
+  // The weight version its forward used (and its backward must use).
+  int64_t version = 0;
 };
 
 struct StageExecutor::StepState {
@@ -171,6 +175,20 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
   }
   ASSIGN_OR_RETURN(stage->optimizer_,
                    Optimizer::Create(spec.optimizer(), backend));
+  const bool async = params.kind == ScheduleKind::kOneFOneBAsync;
+  if (async && spec.optimizer().clip_grad_norm() > 0) {
+    // A global norm would make every update wait for every stage.
+    return absl::InvalidArgumentError(
+        "optimizer.clip_grad_norm: not supported with SCHEDULE_ASYNC_1F1B");
+  }
+  if (config.vertical_sync() && !async) {
+    return absl::InvalidArgumentError(
+        "config.vertical_sync: only applies to SCHEDULE_ASYNC_1F1B");
+  }
+  if (async) {
+    stage->stash_ =
+        std::make_unique<WeightStash>(backend, stage->model_->params());
+  }
   if (last) stage->loss_ = std::make_unique<SoftmaxCrossEntropyLoss>(backend);
   if (config.stage() == 0) {
     ASSIGN_OR_RETURN(stage->data_, OpenDataset(spec.data(), spec.seed()));
@@ -179,7 +197,9 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
   }
   stage->next_step_ = config.start_step();
   stage->until_step_ = config.start_step();
-  stage->weight_version_ = config.start_step();
+  // Versions count optimizer steps: M per step under the async schedule.
+  stage->weight_version_ =
+      async ? config.start_step() * m : config.start_step();
   if (metrics != nullptr) {
     metrics->stage_index()->Set(config.stage());
     metrics->theoretical_bubble()->Set(TheoreticalBubble(params, SimCosts()));
@@ -353,6 +373,7 @@ absl::Status StageExecutor::RunStep(int64_t step) {
   state.micro.resize(std::max<int64_t>(1, config_.spec().micro_batches()));
   ZeroGrads(model_->params());
   if (metrics_ != nullptr) metrics_->in_flight()->Set(0);
+  if (stash_ != nullptr) stash_->ResetPeak();
   for (const Instruction& instruction : schedule_) {
     TraceRecord record;
     record.step = step;
@@ -366,6 +387,12 @@ absl::Status StageExecutor::RunStep(int64_t step) {
                                                       ": ", status.message()));
     }
     record.end_unix_us = StageTrace::NowUnixMicros();
+    if (instruction.op == OpKind::kForward ||
+        instruction.op == OpKind::kBackward ||
+        instruction.op == OpKind::kBackwardInput) {
+      // The version the micro-batch's weights had (stashed ones included).
+      record.weight_version = state.micro[instruction.micro_batch].version;
+    }
     trace_.Record(record);
   }
   const double seconds = SecondsSince(start);
@@ -398,6 +425,7 @@ absl::Status StageExecutor::RunStep(int64_t step) {
   timings_.optimizer_seconds = state.optimizer_seconds;
   timings_.step_seconds = seconds;
   timings_.peak_activation_bytes = state.peak_bytes;
+  timings_.peak_stash_depth = stash_ != nullptr ? stash_->peak_depth() : 0;
   return absl::OkStatus();
 }
 
@@ -505,6 +533,12 @@ absl::Status StageExecutor::ReceiveActivation(int mb, StepState* state) {
   MicroBatch& micro = state->micro[mb];
   ASSIGN_OR_RETURN(micro.input, FromWire(msg.tensors.at(0)));
   micro.labels = msg.tensors.at(1);
+  micro.version = weight_version_.load();
+  if (config_.vertical_sync()) {
+    // Stage 0's version for this micro-batch; later ones get it or newer.
+    micro.version = msg.weight_version;
+    stash_->SetFloor(msg.weight_version);
+  }
   state->Hold(micro.input.bytes());
   return absl::OkStatus();
 }
@@ -520,6 +554,14 @@ absl::Status StageExecutor::Forward(int mb, StepState* state) {
   MicroBatch& micro = state->micro[mb];
   const ForwardOptions options = MicroBatchOptions(state->step, mb);
   const bool keep = !config_.spec().rematerialize();
+  if (is_first() || !config_.vertical_sync()) {
+    micro.version = weight_version_.load();
+  }
+  StashedWeights weights(stash_.get());
+  if (stash_ != nullptr) {
+    stash_->Pin(micro.version);
+    RETURN_IF_ERROR(weights.Use(micro.version, weight_version_.load()));
+  }
   ASSIGN_OR_RETURN(
       micro.output,
       model_->Forward(micro.input, options, keep ? &micro.contexts : nullptr));
@@ -546,7 +588,7 @@ absl::Status StageExecutor::SendActivation(int mb, StepState* state) {
   msg.kind = MessageKind::kActivation;
   msg.step = state->step;
   msg.micro_batch = mb;
-  msg.weight_version = weight_version_.load();
+  msg.weight_version = micro.version;  // what vertical sync propagates
   ASSIGN_OR_RETURN(Tensor wire, ToWire(micro.output));
   msg.tensors = {wire, micro.labels};
   state->held_bytes -= micro.output.bytes();
@@ -561,9 +603,11 @@ absl::Status StageExecutor::Loss(int mb, StepState* state) {
   LayerContext ctx;
   ASSIGN_OR_RETURN(LossStats stats, loss_->Forward(micro.output, labels, &ctx));
   state->loss.Add(stats);
-  // The loss is the mean over every label of the mini-batch.
-  const float scale =
-      1.0f / static_cast<float>(labels.numel() * state->micro.size());
+  // The loss is the mean over every label of the mini-batch (of the
+  // micro-batch when every micro-batch is its own update).
+  const int64_t rows =
+      stash_ != nullptr ? labels.numel() : labels.numel() * state->micro.size();
+  const float scale = 1.0f / static_cast<float>(rows);
   ASSIGN_OR_RETURN(micro.grad_output, loss_->Backward(scale, &ctx));
   state->held_bytes -= micro.output.bytes();
   micro.output = Tensor();
@@ -597,6 +641,11 @@ absl::Status StageExecutor::Recompute(int mb, const ForwardOptions& options,
 absl::Status StageExecutor::Backward(int mb, StepState* state) {
   MicroBatch& micro = state->micro[mb];
   const ForwardOptions options = MicroBatchOptions(state->step, mb);
+  // Weight stashing: recompute and backward with the forward's weights.
+  StashedWeights weights(stash_.get());
+  if (stash_ != nullptr) {
+    RETURN_IF_ERROR(weights.Use(micro.version, weight_version_.load()));
+  }
   RETURN_IF_ERROR(Recompute(mb, options, state));
   const auto start = Clock::now();
   ASSIGN_OR_RETURN(micro.grad_input,
@@ -610,6 +659,10 @@ absl::Status StageExecutor::Backward(int mb, StepState* state) {
   state->backward_seconds += seconds;
   CountCompute(StageMetrics::kBackward, seconds);
   if (metrics_ != nullptr) metrics_->in_flight()->Decrement();
+  if (stash_ != nullptr) {
+    weights.Restore();
+    stash_->Unpin(micro.version);
+  }
   return absl::OkStatus();
 }
 
@@ -704,6 +757,9 @@ absl::Status StageExecutor::OptimizerStep(StepState* state) {
     ASSIGN_OR_RETURN(double total, GlobalSumSquares(local, state->step));
     scale = ClipScale(total, clip);
   }
+  if (stash_ != nullptr) {
+    RETURN_IF_ERROR(stash_->BeforeUpdate(weight_version_.load()));
+  }
   RETURN_IF_ERROR(optimizer_->Step(model_->params(), scale));
   ++weight_version_;
   state->optimizer_seconds = SecondsSince(start);
@@ -731,6 +787,7 @@ v1::GetStatusResponse StageExecutor::GetStatus(int64_t results_since) const {
                             : 0.0);
   out.set_peak_activation_bytes(timings_.peak_activation_bytes);
   out.set_optimizer_seconds(timings_.optimizer_seconds);
+  out.set_stash_depth(timings_.peak_stash_depth);
   out.set_step_seconds(timings_.step_seconds);
   return out;
 }

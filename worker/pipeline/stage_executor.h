@@ -37,6 +37,7 @@
 #include "worker/pipeline/schedule.h"
 #include "worker/pipeline/stage_metrics.h"
 #include "worker/pipeline/stage_trace.h"
+#include "worker/pipeline/weight_stash.h"
 
 namespace pipetrain {
 
@@ -48,6 +49,7 @@ struct StageTimings {
   double optimizer_seconds = 0.0;
   double step_seconds = 0.0;
   int64_t peak_activation_bytes = 0;
+  int peak_stash_depth = 0;  // weight versions stashed (async schedule)
 };
 
 class StageExecutor {
@@ -168,6 +170,8 @@ class StageExecutor {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<SoftmaxCrossEntropyLoss> loss_;
+  // Asynchronous schedule only.
+  std::unique_ptr<WeightStash> stash_;
 
   Mailbox mailbox_;
   std::atomic<int64_t> next_step_{0};
