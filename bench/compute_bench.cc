@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "bench/bench_models.h"
 #include "common/status_macros.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/compute/elementwise_math.h"
@@ -31,19 +32,7 @@ double Now() {
       .count();
 }
 
-v1::ModelSpec MlpSpec() {
-  v1::ModelSpec spec;
-  spec.set_input_kind(v1::INPUT_KIND_FLOAT);
-  spec.add_input_shape(kWidths[0]);
-  spec.set_loss(v1::LOSS_KIND_SOFTMAX_CROSS_ENTROPY);
-  for (size_t i = 0; i + 1 < kWidths.size(); ++i) {
-    auto* linear = spec.add_layers()->mutable_linear();
-    linear->set_in_features(kWidths[i]);
-    linear->set_out_features(kWidths[i + 1]);
-    if (i + 2 < kWidths.size()) spec.add_layers()->mutable_relu();
-  }
-  return spec;
-}
+v1::ModelSpec MlpSpec() { return WideMlpModel(); }
 
 // Useful FLOPs of one step: forward and weight gradients for every layer,
 // input gradients for all but the first.

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "bench/bench_models.h"
 #include "tests/cluster_harness.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/nn/model.h"
@@ -26,29 +27,7 @@ constexpr int kWarmupSteps = 2;
 constexpr int kSteps = 12;
 
 v1::TrainingSpec Spec(bool remat) {
-  v1::TrainingSpec spec;
-  auto* model = spec.mutable_model();
-  model->set_input_kind(v1::INPUT_KIND_FLOAT);
-  model->add_input_shape(784);
-  model->set_loss(v1::LOSS_KIND_SOFTMAX_CROSS_ENTROPY);
-  const int widths[] = {784, 2048, 2048, 2048, 10};
-  for (int i = 0; i < 4; ++i) {
-    auto* linear = model->add_layers()->mutable_linear();
-    linear->set_in_features(widths[i]);
-    linear->set_out_features(widths[i + 1]);
-    if (i < 3) model->add_layers()->mutable_relu();
-  }
-  auto* data = spec.mutable_data()->mutable_synthetic();
-  data->set_features(784);
-  data->set_classes(10);
-  data->set_train_samples(8192);
-  data->set_eval_samples(256);
-  spec.mutable_optimizer()->mutable_sgd()->set_lr(0.01f);
-  spec.mutable_optimizer()->mutable_sgd()->set_momentum(0.9f);
-  spec.set_batch_size(256);
-  spec.set_micro_batches(8);
-  spec.set_steps(kWarmupSteps + kSteps);
-  spec.set_seed(1);
+  v1::TrainingSpec spec = WideMlpJob(kWarmupSteps + kSteps);
   spec.set_rematerialize(remat);
   return spec;
 }

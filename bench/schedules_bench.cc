@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "bench/bench_models.h"
 #include "tests/cluster_harness.h"
 #include "worker/nn/model.h"
 #include "worker/pipeline/schedule.h"
@@ -26,28 +27,8 @@ struct Case {
 };
 
 v1::TrainingSpec MlpSpec() {
-  v1::TrainingSpec spec;
-  auto* model = spec.mutable_model();
-  model->set_input_kind(v1::INPUT_KIND_FLOAT);
-  model->add_input_shape(784);
-  model->set_loss(v1::LOSS_KIND_SOFTMAX_CROSS_ENTROPY);
-  const int widths[] = {784, 2048, 2048, 2048, 10};
-  for (int i = 0; i < 4; ++i) {
-    auto* linear = model->add_layers()->mutable_linear();
-    linear->set_in_features(widths[i]);
-    linear->set_out_features(widths[i + 1]);
-    if (i < 3) model->add_layers()->mutable_relu();
-  }
-  auto* data = spec.mutable_data()->mutable_synthetic();
-  data->set_features(784);
-  data->set_classes(10);
-  data->set_train_samples(8192);
-  data->set_eval_samples(256);
-  spec.mutable_optimizer()->mutable_sgd()->set_lr(0.01f);
-  spec.set_batch_size(256);
-  spec.set_micro_batches(8);
-  spec.set_steps(kWarmupSteps + 10);
-  spec.set_seed(1);
+  v1::TrainingSpec spec = WideMlpJob(kWarmupSteps + 10);
+  spec.mutable_optimizer()->mutable_sgd()->set_momentum(0);
   return spec;
 }
 

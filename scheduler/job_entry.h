@@ -2,6 +2,8 @@
 #ifndef PIPETRAIN_SCHEDULER_JOB_ENTRY_H_
 #define PIPETRAIN_SCHEDULER_JOB_ENTRY_H_
 
+#include <chrono>
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <vector>
@@ -9,6 +11,13 @@
 #include "scheduler/scheduler_core.h"
 
 namespace pipetrain {
+
+// Wall-clock milliseconds since the Unix epoch.
+inline int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // Guarded by SchedulerCore::mu_.
 struct SchedulerCore::JobEntry {

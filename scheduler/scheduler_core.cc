@@ -12,12 +12,6 @@
 namespace pipetrain {
 namespace {
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 bool Terminal(v1::JobState s) {
   return s == v1::JOB_STATE_COMPLETED || s == v1::JOB_STATE_FAILED ||
          s == v1::JOB_STATE_CANCELLED;
@@ -369,6 +363,7 @@ absl::StatusOr<v1::GetVersionsResponse> SchedulerCore::GetVersions(
     out.set_committed_version(e->job.committed_version());
     for (const auto& report : e->reports) {
       out.add_stage_versions(report.weight_version());
+      out.add_stage_stash_depths(report.stash_depth());
     }
   }
   if (store_ != nullptr) {

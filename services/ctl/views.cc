@@ -239,9 +239,21 @@ std::string FormatVersions(const v1::GetVersionsResponse& versions,
                            size_t max_history) {
   std::string out =
       absl::StrCat("committed version ", versions.committed_version(), "\n");
-  TextTable stages({{"STAGE", true}, {"VERSION", true}});
+  // The stash column only matters under asynchronous schedules.
+  bool stashed = false;
+  for (int32_t depth : versions.stage_stash_depths()) stashed |= depth > 0;
+  std::vector<TextColumn> columns = {{"STAGE", true}, {"VERSION", true}};
+  if (stashed) columns.push_back({"STASHED", true});
+  TextTable stages(columns);
   for (int i = 0; i < versions.stage_versions_size(); ++i) {
-    stages.AddRow({absl::StrCat(i), absl::StrCat(versions.stage_versions(i))});
+    std::vector<std::string> row = {absl::StrCat(i),
+                                    absl::StrCat(versions.stage_versions(i))};
+    if (stashed) {
+      row.push_back(absl::StrCat(i < versions.stage_stash_depths_size()
+                                     ? versions.stage_stash_depths(i)
+                                     : 0));
+    }
+    stages.AddRow(row);
   }
   if (stages.num_rows() > 0) absl::StrAppend(&out, stages.Render());
   const size_t total = versions.history_size();

@@ -23,6 +23,12 @@ constexpr int64_t kParallelGrain = 1 << 15;
 
 CBLAS_TRANSPOSE Trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
+// Items (rows) per chunk so that a chunk has about `grain` elements when an
+// item has `item_size` of them.
+int64_t PerItemGrain(int64_t grain, int64_t item_size) {
+  return std::max<int64_t>(1, grain / std::max<int64_t>(1, item_size));
+}
+
 absl::Status BadLabel(int64_t row, float label, int64_t classes) {
   return absl::InvalidArgumentError(absl::StrCat(
       "label ", label, " of row ", row, " is outside [0, ", classes, ")"));
@@ -121,11 +127,7 @@ class CpuBackend final : public Backend {
 
   absl::Status AddRowBroadcast(int64_t rows, int64_t cols, const float* bias,
                                float* x) override {
-    pool_.Run(rows,
-              std::max<int64_t>(
-                  1, (kParallelGrain) /
-                         std::max<int64_t>(
-                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+    pool_.Run(rows, PerItemGrain(kParallelGrain, cols),
               [&](int64_t begin, int64_t end) {
                 for (int64_t r = begin; r < end; ++r) {
                   float* row = x + r * cols;
@@ -190,10 +192,8 @@ class CpuBackend final : public Backend {
     constexpr int64_t kBlock = 256;
     const int64_t blocks = (cols + kBlock - 1) / kBlock;
     pool_.Run(blocks,
-              std::max<int64_t>(
-                  1, (kParallelGrain) /
-                         std::max<int64_t>(
-                             1, (rows * cols) / std::max<int64_t>(1, blocks))),
+              PerItemGrain(kParallelGrain,
+                           rows * cols / std::max<int64_t>(1, blocks)),
               [&](int64_t begin, int64_t end) {
                 for (int64_t blk = begin; blk < end; ++blk) {
                   const int64_t c0 = blk * kBlock;
@@ -230,11 +230,7 @@ class CpuBackend final : public Backend {
 
   absl::Status SoftmaxForward(int64_t rows, int64_t cols, int64_t causal_t,
                               const float* x, float* y) override {
-    pool_.Run(rows,
-              std::max<int64_t>(
-                  1, (kParallelGrain) /
-                         std::max<int64_t>(
-                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+    pool_.Run(rows, PerItemGrain(kParallelGrain, cols),
               [&](int64_t begin, int64_t end) {
                 for (int64_t r = begin; r < end; ++r) {
                   const float* in = x + r * cols;
@@ -259,11 +255,7 @@ class CpuBackend final : public Backend {
 
   absl::Status SoftmaxBackward(int64_t rows, int64_t cols, const float* y,
                                const float* dy, float* dx) override {
-    pool_.Run(rows,
-              std::max<int64_t>(
-                  1, (kParallelGrain) /
-                         std::max<int64_t>(
-                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+    pool_.Run(rows, PerItemGrain(kParallelGrain, cols),
               [&](int64_t begin, int64_t end) {
                 for (int64_t r = begin; r < end; ++r) {
                   const float* yr = y + r * cols;
@@ -282,11 +274,7 @@ class CpuBackend final : public Backend {
                                 const float* gamma, const float* beta,
                                 float eps, float* y, float* mean,
                                 float* rstd) override {
-    pool_.Run(rows,
-              std::max<int64_t>(
-                  1, (kParallelGrain) /
-                         std::max<int64_t>(
-                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+    pool_.Run(rows, PerItemGrain(kParallelGrain, cols),
               [&](int64_t begin, int64_t end) {
                 for (int64_t r = begin; r < end; ++r) {
                   const float* xr = x + r * cols;
@@ -325,11 +313,7 @@ class CpuBackend final : public Backend {
         dbeta[c] += dyr[c];
       }
     }
-    pool_.Run(rows,
-              std::max<int64_t>(
-                  1, (kParallelGrain) /
-                         std::max<int64_t>(
-                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+    pool_.Run(rows, PerItemGrain(kParallelGrain, cols),
               [&](int64_t begin, int64_t end) {
                 for (int64_t r = begin; r < end; ++r) {
                   const float* xr = x + r * cols;
@@ -367,11 +351,7 @@ class CpuBackend final : public Backend {
       }
     }
     RETURN_IF_ERROR(SoftmaxForward(rows, cols, 0, logits, probs));
-    pool_.Run(rows,
-              std::max<int64_t>(
-                  1, (kParallelGrain) /
-                         std::max<int64_t>(
-                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+    pool_.Run(rows, PerItemGrain(kParallelGrain, cols),
               [&](int64_t begin, int64_t end) {
                 for (int64_t r = begin; r < end; ++r) {
                   const float* p = probs + r * cols;
@@ -392,11 +372,7 @@ class CpuBackend final : public Backend {
                                            const float* probs,
                                            const float* labels, float scale,
                                            float* dlogits) override {
-    pool_.Run(rows,
-              std::max<int64_t>(
-                  1, (kParallelGrain) /
-                         std::max<int64_t>(
-                             1, (rows * cols) / std::max<int64_t>(1, rows))),
+    pool_.Run(rows, PerItemGrain(kParallelGrain, cols),
               [&](int64_t begin, int64_t end) {
                 for (int64_t r = begin; r < end; ++r) {
                   const float* p = probs + r * cols;
@@ -422,18 +398,14 @@ class CpuBackend final : public Backend {
                          " is outside [0, ", vocab, ")"));
       }
     }
-    pool_.Run(
-        n,
-        std::max<int64_t>(
-            1, (kParallelGrain) /
-                   std::max<int64_t>(1, (n * dim) / std::max<int64_t>(1, n))),
-        [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) {
-            std::memcpy(out + i * dim,
-                        table + static_cast<int64_t>(ids[i]) * dim,
-                        dim * sizeof(float));
-          }
-        });
+    pool_.Run(n, PerItemGrain(kParallelGrain, dim),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                  std::memcpy(out + i * dim,
+                              table + static_cast<int64_t>(ids[i]) * dim,
+                              dim * sizeof(float));
+                }
+              });
     return absl::OkStatus();
   }
 
