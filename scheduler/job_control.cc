@@ -13,12 +13,6 @@
 namespace pipetrain {
 namespace {
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 MemoryModel MemoryFor(const v1::JobSpec& spec) {
   if (spec.training().rematerialize()) return MemoryModel::kRematerialized;
   // ZB-H1 holds as many micro-batches as 1F1B (until their B pass).
