@@ -69,7 +69,8 @@ int Main() {
       {"gpipe", v1::SCHEDULE_GPIPE},
       {"1f1b-flush", v1::SCHEDULE_1F1B_FLUSH},
       {"zb-h1", v1::SCHEDULE_ZB_H1},
-      {"1f1b-async", v1::SCHEDULE_ASYNC_1F1B}};
+      {"1f1b-async", v1::SCHEDULE_ASYNC_1F1B},
+      {"2bw", v1::SCHEDULE_2BW}};
   std::string json = "{\"bench\":\"schedules\"";
   int job = 0;
   for (const Case& c : cases) {

@@ -18,7 +18,8 @@ MemoryModel MemoryFor(const v1::JobSpec& spec) {
   // ZB-H1 holds as many micro-batches as 1F1B (until their B pass).
   return spec.schedule() == v1::SCHEDULE_1F1B_FLUSH ||
                  spec.schedule() == v1::SCHEDULE_ZB_H1 ||
-                 spec.schedule() == v1::SCHEDULE_ASYNC_1F1B
+                 spec.schedule() == v1::SCHEDULE_ASYNC_1F1B ||
+                 spec.schedule() == v1::SCHEDULE_2BW
              ? MemoryModel::kOneFOneB
              : MemoryModel::kGPipe;
 }

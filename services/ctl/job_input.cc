@@ -22,7 +22,8 @@ ScheduleNames() {
           {"1f1b-flush", v1::SCHEDULE_1F1B_FLUSH},
           {"interleaved", v1::SCHEDULE_INTERLEAVED},
           {"zb-h1", v1::SCHEDULE_ZB_H1},
-          {"1f1b-async", v1::SCHEDULE_ASYNC_1F1B}};
+          {"1f1b-async", v1::SCHEDULE_ASYNC_1F1B},
+          {"2bw", v1::SCHEDULE_2BW}};
   return *kNames;
 }
 

@@ -20,7 +20,7 @@ namespace {
 constexpr int64_t kMaxStageChunkMicroBatches = int64_t{1} << 22;
 
 constexpr const char* kValidKinds =
-    "gpipe, 1f1b-flush, interleaved, zb-h1, 1f1b-async";
+    "gpipe, 1f1b-flush, interleaved, zb-h1, 1f1b-async, 2bw";
 
 absl::Status ValidateVirtualStages(const ScheduleParams& p) {
   if (p.kind != ScheduleKind::kInterleaved) {
@@ -54,6 +54,7 @@ absl::Status ValidateParams(const ScheduleParams& p) {
     case ScheduleKind::kInterleaved:
     case ScheduleKind::kZeroBubbleH1:
     case ScheduleKind::kOneFOneBAsync:
+    case ScheduleKind::kTwoBW:
       break;
     default:
       return absl::InvalidArgumentError(
@@ -70,6 +71,22 @@ absl::Status ValidateParams(const ScheduleParams& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_stages * virtual_stages * micro_batches = ", size,
                      " exceeds ", kMaxStageChunkMicroBatches));
+  }
+  if (!IsCrossStep(p.kind) && (p.steps_before != 0 || !p.last_step)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ScheduleKindName(p.kind),
+        " drains every step: steps_before must be 0 and last_step true"));
+  }
+  if (p.steps_before < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("steps_before must be >= 0, got ", p.steps_before));
+  }
+  // With M < K - 1 stage 0's update of step t would land two steps later,
+  // and step t + 2 could not use it: more than two versions.
+  if (p.kind == ScheduleKind::kTwoBW && p.micro_batches < p.num_stages - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("2bw needs micro_batches (", p.micro_batches,
+                     ") >= num_stages - 1 (", p.num_stages - 1, ")"));
   }
   return ValidateVirtualStages(p);
 }
@@ -95,8 +112,10 @@ class StreamWriter {
     if (!IsFirst(chunk)) Add(OpKind::kSendGradient, m, chunk);
   }
   void BackwardWeight(int m) { Add(OpKind::kBackwardWeight, m, 0); }
-  // An optimizer step applying micro-batch m's gradient alone.
+  // An optimizer step right after micro-batch m's backward.
   void Step(int m) { Add(OpKind::kOptimizerStep, m, 0); }
+  // The step the next instructions' micro-batch belongs to (relative).
+  void set_step_offset(int offset) { step_offset_ = offset; }
 
   std::vector<Instruction> Finish() && {
     Add(OpKind::kOptimizerStep, 0, 0);
@@ -109,11 +128,14 @@ class StreamWriter {
   bool IsLast(int chunk) const {
     return stage_ == num_stages_ - 1 && chunk == chunks_ - 1;
   }
-  void Add(OpKind op, int m, int chunk) { out_.push_back({op, m, chunk}); }
+  void Add(OpKind op, int m, int chunk) {
+    out_.push_back({op, m, chunk, step_offset_});
+  }
 
   const int num_stages_;
   const int stage_;
   const int chunks_;
+  int step_offset_ = 0;
   std::vector<Instruction> out_;
 };
 
@@ -145,24 +167,38 @@ std::vector<Instruction> BuildOneFOneB(const ScheduleParams& p, int stage) {
   return std::move(w).Finish();
 }
 
-// PipeDream's asynchronous 1F1B: 1F1B's order with an update after every
-// backward, so each micro-batch's forward may see weights newer than the
-// previous one's (hence weight stashing in the executor). Stage s holds at
-// most K - s micro-batches, so at most K - s weight versions.
-std::vector<Instruction> BuildOneFOneBAsync(const ScheduleParams& p,
-                                            int stage) {
+// The cross-step schedules: the 1F1B order of a run's micro-batches,
+// numbered g = (steps since the run began) * M + m, as if the whole run were
+// one long 1F1B window: F(g) is followed by B(g - w), w = K - s - 1 (the
+// warm-up), and the run's last step ends with the remaining backwards. A
+// step's stream holds its own forwards and the backwards that pair with
+// them, which may belong to earlier steps. Stage s holds at most K - s
+// micro-batches, as in 1F1B-flush.
+//  - 1f1b-async (PipeDream): an update after every backward, so each
+//    forward may see newer weights than the last (weight stashing).
+//  - 2bw: one update per step, right after its last backward.
+std::vector<Instruction> BuildCrossStep(const ScheduleParams& p, int stage) {
   StreamWriter w(p.num_stages, stage, 1);
-  const int warmup = OneFOneBWarmup(p, stage);
-  const int m_total = p.micro_batches;
-  for (int m = 0; m < warmup; ++m) w.Forward(m);
-  for (int i = 0; i < m_total - warmup; ++i) {
-    w.Forward(warmup + i);
-    w.Backward(i);
-    w.Step(i);
+  const int64_t m_total = p.micro_batches;
+  const int64_t warmup = p.num_stages - stage - 1;
+  const int64_t first = p.steps_before * m_total;  // this step's first g
+  auto backward = [&](int64_t g) {
+    const int64_t owner = g / m_total;  // steps since the run began
+    const int m = static_cast<int>(g % m_total);
+    w.set_step_offset(static_cast<int>(owner - p.steps_before));
+    w.Backward(m);
+    if (p.kind == ScheduleKind::kOneFOneBAsync || m == m_total - 1) w.Step(m);
+    w.set_step_offset(0);
+  };
+  for (int64_t m = 0; m < m_total; ++m) {
+    w.Forward(static_cast<int>(m));
+    if (first + m - warmup >= 0) backward(first + m - warmup);
   }
-  for (int i = m_total - warmup; i < m_total; ++i) {
-    w.Backward(i);
-    w.Step(i);
+  if (p.last_step) {
+    for (int64_t g = std::max<int64_t>(0, first + m_total - warmup);
+         g < first + m_total; ++g) {
+      backward(g);
+    }
   }
   return std::move(w).FinishWithoutStep();
 }
@@ -302,6 +338,8 @@ const char* ScheduleKindName(ScheduleKind kind) {
       return "zb-h1";
     case ScheduleKind::kOneFOneBAsync:
       return "1f1b-async";
+    case ScheduleKind::kTwoBW:
+      return "2bw";
   }
   return "unknown";
 }
@@ -310,20 +348,35 @@ absl::StatusOr<ScheduleKind> ParseScheduleKind(const std::string& name) {
   for (ScheduleKind kind :
        {ScheduleKind::kGPipe, ScheduleKind::kOneFOneBFlush,
         ScheduleKind::kInterleaved, ScheduleKind::kZeroBubbleH1,
-        ScheduleKind::kOneFOneBAsync}) {
+        ScheduleKind::kOneFOneBAsync, ScheduleKind::kTwoBW}) {
     if (name == ScheduleKindName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown schedule kind \"", name, "\"; valid: ", kValidKinds));
 }
 
-// "F3", "BI3", "W3", "SendA3@c1", "Step".
+// "F3", "BI3", "W3", "SendA3@c1", "Step"; "B3@t-1", "Step@t-1" for a
+// micro-batch of the previous step.
 std::string ToString(const Instruction& instruction) {
-  if (instruction.op == OpKind::kOptimizerStep) return "Step";
-  std::string out =
-      absl::StrCat(OpKindShortName(instruction.op), instruction.micro_batch);
+  std::string out = instruction.op == OpKind::kOptimizerStep
+                        ? std::string("Step")
+                        : absl::StrCat(OpKindShortName(instruction.op),
+                                       instruction.micro_batch);
   if (instruction.chunk != 0) absl::StrAppend(&out, "@c", instruction.chunk);
+  if (instruction.step_offset != 0) {
+    absl::StrAppend(&out, "@t", instruction.step_offset);
+  }
   return out;
+}
+
+bool IsCrossStep(ScheduleKind kind) {
+  return kind == ScheduleKind::kOneFOneBAsync || kind == ScheduleKind::kTwoBW;
+}
+
+int StepLookback(const ScheduleParams& params, int stage) {
+  if (!IsCrossStep(params.kind) || params.micro_batches < 1) return 0;
+  const int warmup = std::max(0, params.num_stages - stage - 1);
+  return (warmup + params.micro_batches - 1) / params.micro_batches;
 }
 
 absl::StatusOr<std::vector<Instruction>> BuildSchedule(
@@ -343,7 +396,8 @@ absl::StatusOr<std::vector<Instruction>> BuildSchedule(
     case ScheduleKind::kZeroBubbleH1:
       return BuildZeroBubbleH1(params, stage);
     case ScheduleKind::kOneFOneBAsync:
-      return BuildOneFOneBAsync(params, stage);
+    case ScheduleKind::kTwoBW:
+      return BuildCrossStep(params, stage);
   }
   return absl::InvalidArgumentError("unknown schedule kind");
 }
@@ -372,7 +426,8 @@ double TheoreticalBubble(const ScheduleParams& params, const SimCosts& costs) {
   switch (params.kind) {
     case ScheduleKind::kGPipe:
     case ScheduleKind::kOneFOneBFlush:
-    case ScheduleKind::kOneFOneBAsync:  // drains at each window's end
+    case ScheduleKind::kOneFOneBAsync:  // one window's warm-up + cool-down
+    case ScheduleKind::kTwoBW:
       idle = (k - 1) * work;
       break;
     case ScheduleKind::kInterleaved:

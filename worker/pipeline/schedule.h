@@ -5,6 +5,13 @@
 // mini-batch). The stage executor runs them; the simulator checks a set of
 // streams for deadlock and computes their bubble and memory. Nothing here
 // knows about transport or tensors.
+//
+// Synchronous schedules drain the pipeline at the end of every step. The
+// cross-step schedules (1f1b-async, 2bw) do not: their 1F1B steady state
+// runs on across step boundaries, so a step's stream may hold backwards of
+// micro-batches of earlier steps (Instruction::step_offset < 0); warm-up
+// happens only in a run's first step and cool-down only in its last
+// (ScheduleParams::steps_before, last_step).
 #ifndef PIPETRAIN_WORKER_PIPELINE_SCHEDULE_H_
 #define PIPETRAIN_WORKER_PIPELINE_SCHEDULE_H_
 
@@ -22,9 +29,15 @@ enum class ScheduleKind {
   kZeroBubbleH1,   // ZB-H1: backward split into B (input) and W (weight)
   // PipeDream's asynchronous 1F1B: 1F1B's order, and an optimizer step after
   // every micro-batch's backward (no gradient accumulation). Backward uses
-  // the weights its forward used (weight stashing). The stream drains at
-  // the end of each mini-batch window of M micro-batches.
+  // the weights its forward used (weight stashing). Cross-step: no flush
+  // between steps.
   kOneFOneBAsync,
+  // PipeDream-2BW: 1F1B's order across steps (no flush); a step's M
+  // gradients accumulate and are applied once, right after its last
+  // backward. Double-buffered weights: every micro-batch of step t uses
+  // the version after step t - 2's update (W(t+1) = W(t) - lr grad(W(t-1))),
+  // so a stage keeps at most 2 versions. Needs M >= K - 1.
+  kTwoBW,
 };
 
 enum class OpKind {
@@ -46,7 +59,8 @@ enum class OpKind {
   kBackwardInput,
   kBackwardWeight,
   kSendGradient,
-  // Apply the accumulated gradients (ends the step's instruction stream).
+  // Apply the accumulated gradients (ends a synchronous step's stream; in
+  // the cross-step schedules it follows the backward it completes).
   kOptimizerStep,
 };
 
@@ -55,9 +69,14 @@ struct Instruction {
   int micro_batch = 0;
   // Virtual stage (model chunk) on this worker; 0 unless interleaved.
   int chunk = 0;
+  // Which step the micro-batch belongs to, relative to the step whose
+  // stream holds the instruction: 0 = this step, -1 = the previous one.
+  // Only the cross-step schedules have negative offsets.
+  int step_offset = 0;
 
   bool operator==(const Instruction& o) const {
-    return op == o.op && micro_batch == o.micro_batch && chunk == o.chunk;
+    return op == o.op && micro_batch == o.micro_batch && chunk == o.chunk &&
+           step_offset == o.step_offset;
   }
 };
 
@@ -65,22 +84,38 @@ const char* OpKindName(OpKind op);
 // The short name ToString uses: "F", "B", "BI", "W", "SendA", "Step", ...
 const char* OpKindShortName(OpKind op);
 const char* ScheduleKindName(ScheduleKind kind);
-// Parses "gpipe", "1f1b-flush", "interleaved", "zb-h1", "1f1b-async".
+// Parses "gpipe", "1f1b-flush", "interleaved", "zb-h1", "1f1b-async",
+// "2bw".
 absl::StatusOr<ScheduleKind> ParseScheduleKind(const std::string& name);
 std::string ToString(const Instruction& instruction);
+// True for the schedules whose pipeline runs on across step boundaries.
+bool IsCrossStep(ScheduleKind kind);
 
 struct ScheduleParams {
   ScheduleKind kind = ScheduleKind::kGPipe;
   int num_stages = 1;      // K (physical stages / workers)
   int micro_batches = 1;   // M
   int virtual_stages = 1;  // v, interleaved only (chunks per stage)
+  // Cross-step schedules only (the others need the defaults): how many
+  // steps of the same continuous run precede this one (0: the pipeline is
+  // empty and this step warms it up), and whether this step ends the run
+  // (drains the pipeline: cool-down). The defaults give one self-contained
+  // window. The stream with last_step = true is the one with
+  // last_step = false followed by the cool-down, so an executor may decide
+  // late whether to drain.
+  int64_t steps_before = 0;
+  bool last_step = true;
 };
 
 // The instructions stage `stage` runs for one step. InvalidArgument for
 // K < 1, M < 1, stage outside [0, K), or parameters the kind does not allow
-// (e.g. interleaved needs M divisible by K).
+// (e.g. interleaved needs M divisible by K, 2bw M >= K - 1).
 absl::StatusOr<std::vector<Instruction>> BuildSchedule(
     const ScheduleParams& params, int stage);
+
+// How many steps back a stage's stream can reach (the most negative
+// step_offset, negated): 0 for synchronous schedules.
+int StepLookback(const ScheduleParams& params, int stage);
 
 // Per-instruction durations for the simulator (seconds, any unit).
 struct SimCosts {
@@ -118,6 +153,14 @@ struct SimResult {
 SimResult Simulate(const ScheduleParams& params, const SimCosts& costs,
                    const std::vector<SimCosts>& per_stage = {});
 
+// Simulates `num_steps` consecutive steps of a continuous run (step 0
+// warms up, step num_steps - 1 cools down): each stage runs its steps'
+// streams back to back, with micro-batch (t, m) numbered t * M + m.
+// Cross-step schedules overlap the steps; synchronous ones drain after
+// each. InvalidArgument when num_steps < 1.
+SimResult SimulateSteps(const ScheduleParams& params, int num_steps,
+                        const SimCosts& costs);
+
 // Runs hand-written streams against each other: streams[s] is stage s's
 // stream (K = streams.size()); an instruction of chunk c belongs to virtual
 // stage c * K + s. `per_stage` holds one SimCosts per stage. For checking
@@ -127,7 +170,8 @@ SimResult SimulateStreams(const std::vector<std::vector<Instruction>>& streams,
                           const std::vector<SimCosts>& per_stage);
 
 // The bubble fraction theory predicts for a kind with uniform costs, e.g.
-// GPipe: (K - 1) / (M + K - 1).
+// GPipe: (K - 1) / (M + K - 1); for the cross-step kinds that of one
+// self-contained window (one warm-up and cool-down per M micro-batches).
 double TheoreticalBubble(const ScheduleParams& params, const SimCosts& costs);
 
 }  // namespace pipetrain

@@ -413,6 +413,7 @@ TEST(ScheduleTest, BadParametersAreInvalidArgument) {
       {Params(ScheduleKind::kGPipe, 2, 4, 2), 0},        // v only interleaved
       {Params(ScheduleKind::kZeroBubbleH1, 1 << 12, 1 << 12), 0},
       {Params(static_cast<ScheduleKind>(17), 2, 2), 0},
+      {Params(ScheduleKind::kTwoBW, 4, 2), 0},  // M < K - 1
   };
   for (const auto& [params, stage] : bad) {
     SCOPED_TRACE(absl::StrCat(Describe(params), " stage ", stage));
@@ -427,7 +428,8 @@ TEST(ScheduleTest, BadParametersAreInvalidArgument) {
 TEST(ScheduleTest, KindNamesRoundTrip) {
   for (ScheduleKind kind :
        {ScheduleKind::kGPipe, ScheduleKind::kOneFOneBFlush,
-        ScheduleKind::kInterleaved, ScheduleKind::kZeroBubbleH1}) {
+        ScheduleKind::kInterleaved, ScheduleKind::kZeroBubbleH1,
+        ScheduleKind::kOneFOneBAsync, ScheduleKind::kTwoBW}) {
     absl::StatusOr<ScheduleKind> parsed =
         ParseScheduleKind(ScheduleKindName(kind));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -446,7 +448,137 @@ TEST(ScheduleTest, InstructionsPrintShortly) {
   EXPECT_EQ(ToString({OpKind::kBackwardWeight, 3}), "W3");
   EXPECT_EQ(ToString({OpKind::kSendActivation, 3, 1}), "SendA3@c1");
   EXPECT_EQ(ToString({OpKind::kOptimizerStep}), "Step");
+  EXPECT_EQ(ToString({OpKind::kBackward, 3, 0, -1}), "B3@t-1");
   EXPECT_STREQ(OpKindName(OpKind::kRecvGradient), "RecvGradient");
+}
+
+// The stream of a cross-step kind's step `t` of a run of `n` steps.
+std::vector<Instruction> StepStream(ScheduleParams p, int stage, int t, int n) {
+  p.steps_before = t;
+  p.last_step = t == n - 1;
+  absl::StatusOr<std::vector<Instruction>> stream = BuildSchedule(p, stage);
+  EXPECT_TRUE(stream.ok()) << stream.status();
+  return stream.ok() ? *stream : std::vector<Instruction>{};
+}
+
+// Over a run of n steps, every micro-batch (t, m) of every stage gets one
+// forward, in its own step's stream, and then one backward, at most
+// StepLookback steps later and in the global order (t, m); 1f1b-async
+// updates after every backward, 2bw once after each step's last one.
+// The last step's stream extends the non-last one by the cool-down.
+TEST(ScheduleTest, CrossStepRunsPairEveryForwardWithOneLaterBackward) {
+  for (ScheduleKind kind :
+       {ScheduleKind::kOneFOneBAsync, ScheduleKind::kTwoBW}) {
+    for (int k = 1; k <= 5; ++k) {
+      for (int m = 1; m <= 6; ++m) {
+        if (kind == ScheduleKind::kTwoBW && m < k - 1) continue;
+        const ScheduleParams p = Params(kind, k, m);
+        for (int stage = 0; stage < k; ++stage) {
+          SCOPED_TRACE(absl::StrCat(Describe(p), " stage ", stage));
+          const int lookback = StepLookback(p, stage);
+          EXPECT_EQ(lookback, (k - stage - 1 + m - 1) / m);
+          if (kind == ScheduleKind::kTwoBW) {
+            EXPECT_LE(lookback, 1);
+          }
+          for (int n = 1; n <= 4; ++n) {
+            std::map<int64_t, int> forwards;  // global micro-batch -> count
+            int64_t next_backward = 0;
+            int updates = 0;
+            for (int t = 0; t < n; ++t) {
+              const std::vector<Instruction> stream =
+                  StepStream(p, stage, t, n);
+              const std::vector<Instruction> steady =
+                  StepStream(p, stage, t, n + 1);  // t is not last there
+              ASSERT_LE(steady.size(), stream.size());
+              EXPECT_TRUE(
+                  std::equal(steady.begin(), steady.end(), stream.begin()));
+              for (const Instruction& in : stream) {
+                EXPECT_LE(in.step_offset, 0);
+                EXPECT_GE(in.step_offset, -lookback);
+                const int64_t g =
+                    int64_t{t + in.step_offset} * m + in.micro_batch;
+                if (in.op == OpKind::kForward) {
+                  EXPECT_EQ(in.step_offset, 0);
+                  ++forwards[g];
+                } else if (in.op == OpKind::kBackward) {
+                  EXPECT_EQ(g, next_backward++);
+                  EXPECT_EQ(forwards[g], 1);
+                } else if (in.op == OpKind::kOptimizerStep) {
+                  ++updates;
+                  EXPECT_EQ(g, next_backward - 1);  // right after a backward
+                }
+              }
+            }
+            EXPECT_EQ(next_backward, int64_t{n} * m);
+            EXPECT_EQ(static_cast<int64_t>(forwards.size()), int64_t{n} * m);
+            EXPECT_EQ(updates, kind == ScheduleKind::kTwoBW ? n : n * m);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Without a flush only a run's first warm-up and last cool-down cost: the
+// bubble of n consecutive steps is (K - 1) / (n M + K - 1), shrinking as
+// the run gets longer, where a draining schedule's stays put.
+TEST(ScheduleTest, ConsecutiveCrossStepsShrinkTheBubble) {
+  const SimCosts c;
+  for (ScheduleKind kind :
+       {ScheduleKind::kOneFOneBAsync, ScheduleKind::kTwoBW}) {
+    for (int k : {2, 4}) {
+      const int m = 4;
+      const ScheduleParams p = Params(kind, k, m);
+      double previous = 1.0;
+      for (int n = 1; n <= 5; ++n) {
+        SCOPED_TRACE(absl::StrCat(Describe(p), " steps ", n));
+        const SimResult r = SimulateSteps(p, n, c);
+        ASSERT_TRUE(r.status.ok()) << r.status;
+        ASSERT_FALSE(r.deadlock) << r.deadlock_detail;
+        EXPECT_NEAR(r.bubble, (k - 1.0) / (n * m + k - 1.0), 1e-9);
+        EXPECT_LT(r.bubble, previous);
+        previous = r.bubble;
+        for (int s = 0; s < k; ++s) EXPECT_LE(r.peak_in_flight[s], k - s);
+      }
+      EXPECT_NEAR(SimulateSteps(p, 1, c).bubble, TheoreticalBubble(p, c), 1e-9);
+    }
+  }
+  // 1F1B-flush drains after every step: the same bubble however long.
+  const ScheduleParams flush = Params(ScheduleKind::kOneFOneBFlush, 4, 4);
+  for (int n = 1; n <= 3; ++n) {
+    const SimResult r = SimulateSteps(flush, n, c);
+    ASSERT_FALSE(r.deadlock) << r.deadlock_detail;
+    EXPECT_NEAR(r.bubble, TheoreticalBubble(flush, c), 1e-9);
+  }
+  EXPECT_EQ(SimulateSteps(flush, 0, c).status.code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Only the cross-step kinds take steps_before / last_step.
+TEST(ScheduleTest, DrainingKindsRejectCrossStepParameters) {
+  ScheduleParams p = Params(ScheduleKind::kGPipe, 2, 4);
+  p.last_step = false;
+  EXPECT_EQ(BuildSchedule(p, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  p = Params(ScheduleKind::kZeroBubbleH1, 2, 4);
+  p.steps_before = 1;
+  EXPECT_EQ(BuildSchedule(p, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StepLookback(p, 0), 0);
+}
+
+// Stage 0 of 3 in 2bw's steady state: the previous step's tail (its last
+// two backwards and its update) interleaves with this step's forwards.
+TEST(ScheduleTest, TwoBWSteadyStreamOfFirstStage) {
+  ScheduleParams p = Params(ScheduleKind::kTwoBW, 3, 3);
+  p.steps_before = 1;
+  p.last_step = false;
+  auto stream = BuildSchedule(p, 0);
+  ASSERT_TRUE(stream.ok());
+  EXPECT_EQ(Join(*stream),
+            "Load0 F0 SendA0 RecvG1@t-1 B1@t-1 "
+            "Load1 F1 SendA1 RecvG2@t-1 B2@t-1 Step@t-1 "
+            "Load2 F2 SendA2 RecvG0 B0");
 }
 
 }  // namespace

@@ -311,4 +311,39 @@ SimResult Simulate(const ScheduleParams& params, const SimCosts& costs,
                          per_stage.empty() ? uniform : per_stage);
 }
 
+SimResult SimulateSteps(const ScheduleParams& params, int num_steps,
+                        const SimCosts& costs) {
+  SimResult result;
+  if (num_steps < 1) {
+    result.status = absl::InvalidArgumentError(
+        absl::StrCat("num_steps must be >= 1, got ", num_steps));
+    return result;
+  }
+  const bool cross = IsCrossStep(params.kind);
+  std::vector<std::vector<Instruction>> streams(
+      static_cast<size_t>(std::max(params.num_stages, 1)));
+  for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
+    for (int t = 0; t < num_steps; ++t) {
+      ScheduleParams step = params;
+      if (cross) {
+        step.steps_before = t;
+        step.last_step = t == num_steps - 1;
+      }
+      absl::StatusOr<std::vector<Instruction>> stream = BuildSchedule(step, s);
+      if (!stream.ok()) {
+        result.status = stream.status();
+        return result;
+      }
+      // One mailbox slot per micro-batch of the whole run.
+      for (Instruction in : *stream) {
+        in.micro_batch += (t + in.step_offset) * params.micro_batches;
+        in.step_offset = 0;
+        streams[s].push_back(in);
+      }
+    }
+  }
+  return SimulateStreams(streams, params.virtual_stages,
+                         std::vector<SimCosts>(streams.size(), costs));
+}
+
 }  // namespace pipetrain

@@ -39,12 +39,14 @@ absl::StatusOr<ScheduleKind> FromProto(v1::ScheduleKindProto kind) {
       return ScheduleKind::kZeroBubbleH1;
     case v1::SCHEDULE_ASYNC_1F1B:
       return ScheduleKind::kOneFOneBAsync;
+    case v1::SCHEDULE_2BW:
+      return ScheduleKind::kTwoBW;
     default:
       // Interleaved needs links per model chunk (virtual stage).
       return absl::InvalidArgumentError(absl::StrCat(
           "schedule: ", v1::ScheduleKindProto_Name(kind),
           " is not supported by the stage executor yet (use GPipe, "
-          "1F1B-flush or ZB-H1)"));
+          "1F1B-flush, ZB-H1, 1F1B-async or 2BW)"));
   }
 }
 
@@ -86,23 +88,21 @@ struct StageExecutor::MicroBatch {
   int64_t version = 0;
 };
 
+// What a stage holds for one step's micro-batches, from the step's first
+// instruction until its last backward (which, in the cross-step schedules,
+// may run in the next step's stream).
 struct StageExecutor::StepState {
   int64_t step = 0;
   std::vector<MicroBatch> micro;
-  Tensor inputs;  // stage 0: the step's whole mini-batch (host)
+  int pending = 0;  // micro-batches whose backward has not finished
+  Tensor inputs;    // stage 0: the step's whole mini-batch (host)
   Tensor labels;
   LossStats loss;
-  double forward_seconds = 0.0;
-  double backward_seconds = 0.0;
-  double idle_seconds = 0.0;
-  double optimizer_seconds = 0.0;
-  int64_t held_bytes = 0;
-  int64_t peak_bytes = 0;
-
-  void Hold(int64_t bytes) {
-    held_bytes += bytes;
-    peak_bytes = std::max(peak_bytes, held_bytes);
-  }
+  // 2BW: the weight version every micro-batch of the step uses.
+  int64_t version = 0;
+  // Cross-step: stage 0 decided that this step ends the run (drains); the
+  // step's activations carry the decision down (StageMessage::value = 1).
+  bool last_of_run = false;
 };
 
 StageExecutor::StageExecutor(const v1::StageConfig& config, Backend* backend,
@@ -148,11 +148,16 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
   stage->rows_per_micro_batch_ = spec.batch_size() / m;
   stage->label_shape_ = shapes.back();
   stage->label_shape_.pop_back();
-  ScheduleParams params;
+  ScheduleParams& params = stage->params_;
   ASSIGN_OR_RETURN(params.kind, FromProto(config.schedule()));
   params.num_stages = config.num_stages();
   params.micro_batches = static_cast<int>(m);
+  // Cross-step streams are built per step; this validates the parameters.
   ASSIGN_OR_RETURN(stage->schedule_, BuildSchedule(params, config.stage()));
+  stage->cross_step_ = IsCrossStep(params.kind);
+  stage->two_bw_ = params.kind == ScheduleKind::kTwoBW;
+  stage->per_micro_batch_update_ = params.kind == ScheduleKind::kOneFOneBAsync;
+  stage->lookback_ = StepLookback(params, config.stage());
   ASSIGN_OR_RETURN(stage->model_,
                    Model::Build(spec.model(), config.layer_begin(),
                                 config.layer_end(), backend, spec.seed()));
@@ -176,16 +181,17 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
   ASSIGN_OR_RETURN(stage->optimizer_,
                    Optimizer::Create(spec.optimizer(), backend));
   const bool async = params.kind == ScheduleKind::kOneFOneBAsync;
-  if (async && spec.optimizer().clip_grad_norm() > 0) {
+  if (stage->cross_step_ && spec.optimizer().clip_grad_norm() > 0) {
     // A global norm would make every update wait for every stage.
     return absl::InvalidArgumentError(
-        "optimizer.clip_grad_norm: not supported with SCHEDULE_ASYNC_1F1B");
+        absl::StrCat("optimizer.clip_grad_norm: not supported with ",
+                     v1::ScheduleKindProto_Name(config.schedule())));
   }
   if (config.vertical_sync() && !async) {
     return absl::InvalidArgumentError(
         "config.vertical_sync: only applies to SCHEDULE_ASYNC_1F1B");
   }
-  if (async) {
+  if (stage->cross_step_) {
     stage->stash_ =
         std::make_unique<WeightStash>(backend, stage->model_->params());
   }
@@ -235,12 +241,15 @@ std::shared_ptr<StageLink> StageExecutor::upstream() const {
 
 absl::Status StageExecutor::ValidateIncoming(const StageMessage& msg) const {
   const int64_t m = std::max<int64_t>(1, config_.spec().micro_batches());
+  // Cross-step: gradients of an earlier step's micro-batches arrive while
+  // a later step runs.
   const int64_t next = next_step_.load();
-  const int64_t until = until_step_.load();
-  if (msg.step < next || msg.step >= std::max(until, next + 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown step ", msg.step, " (expecting steps [", next,
-                     ", ", std::max(until, next + 1), "))"));
+  const int64_t low = next - lookback_;
+  const int64_t until = std::max(until_step_.load(), next + 1);
+  if (msg.step < low || msg.step >= until) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown step ", msg.step,
+                                                   " (expecting steps [", low,
+                                                   ", ", until, "))"));
   }
   if (msg.micro_batch < 0 || msg.micro_batch >= m) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -299,7 +308,8 @@ absl::StatusOr<int64_t> StageExecutor::Train(int64_t until_step) {
   if (state_ == v1::STAGE_STATE_RUNNING) {
     // The loop reads the target before each step; the step in progress
     // always finishes.
-    const int64_t target = std::max(until_step, next_step_.load() + 1);
+    const int64_t target =
+        std::max({until_step, next_step_.load() + 1, committed_until_});
     until_step_ = target;
     return target;
   }
@@ -309,6 +319,7 @@ absl::StatusOr<int64_t> StageExecutor::Train(int64_t until_step) {
     return next_step_.load();
   }
   until_step_ = until_step;
+  committed_until_ = 0;
   stop_ = false;
   state_ = v1::STAGE_STATE_RUNNING;
   thread_ = std::thread([this] { Loop(); });
@@ -338,6 +349,13 @@ absl::Status StageExecutor::Wait() {
 }
 
 void StageExecutor::Loop() {
+  {
+    // A run starts with an empty pipeline (the last one drained or failed).
+    std::lock_guard<std::mutex> compute(compute_mu_);
+    in_flight_.clear();
+    steps_in_run_ = 0;
+    if (stash_ != nullptr) stash_->SetFloor(-1);
+  }
   absl::Status status;
   while (true) {
     {
@@ -365,36 +383,122 @@ void StageExecutor::Loop() {
   }
 }
 
-absl::Status StageExecutor::RunStep(int64_t step) {
-  std::lock_guard<std::mutex> compute(compute_mu_);
-  const auto start = Clock::now();
-  StepState state;
-  state.step = step;
-  state.micro.resize(std::max<int64_t>(1, config_.spec().micro_batches()));
-  ZeroGrads(model_->params());
-  if (metrics_ != nullptr) metrics_->in_flight()->Set(0);
-  if (stash_ != nullptr) stash_->ResetPeak();
-  for (const Instruction& instruction : schedule_) {
+bool StageExecutor::CommitStep(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool last = step + 1 >= until_step_.load();
+  if (!last) committed_until_ = std::max(committed_until_, step + 2);
+  return last;
+}
+
+void StageExecutor::FollowUpstream(int64_t step, bool last) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (last) {
+    until_step_ = step + 1;
+  } else {
+    committed_until_ = std::max(committed_until_, step + 2);
+    until_step_ = std::max(until_step_.load(), step + 2);
+  }
+}
+
+absl::StatusOr<StageExecutor::StepState*> StageExecutor::Owner(
+    const Instruction& in, StepState* current) {
+  if (in.step_offset == 0) return current;
+  auto it = in_flight_.find(current->step + in.step_offset);
+  if (it == in_flight_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no micro-batches of step ",
+                     current->step + in.step_offset, " are in flight"));
+  }
+  return it->second.get();
+}
+
+absl::Status StageExecutor::RunInstructions(
+    const std::vector<Instruction>& stream, size_t begin, StepState* current) {
+  for (size_t i = begin; i < stream.size(); ++i) {
+    const Instruction& instruction = stream[i];
     TraceRecord record;
-    record.step = step;
+    record.step = current->step;
     record.instruction = instruction;
     record.weight_version = weight_version_.load();
     record.start_unix_us = StageTrace::NowUnixMicros();
-    const absl::Status status = Execute(instruction, &state);
+    absl::StatusOr<StepState*> owner = Owner(instruction, current);
+    absl::Status status = owner.status();
+    if (status.ok()) status = Execute(instruction, *owner);
     if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat("step ", step, ", ",
-                                                      ToString(instruction),
-                                                      ": ", status.message()));
+      return absl::Status(
+          status.code(),
+          absl::StrCat("step ", current->step, ", ", ToString(instruction),
+                       ": ", status.message()));
     }
     record.end_unix_us = StageTrace::NowUnixMicros();
     if (instruction.op == OpKind::kForward ||
         instruction.op == OpKind::kBackward ||
         instruction.op == OpKind::kBackwardInput) {
       // The version the micro-batch's weights had (stashed ones included).
-      record.weight_version = state.micro[instruction.micro_batch].version;
+      record.weight_version = (*owner)->micro[instruction.micro_batch].version;
     }
     trace_.Record(record);
   }
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::RunCrossStep(StepState* current) {
+  ScheduleParams params = params_;
+  params.steps_before = steps_in_run_;
+  params.last_step = false;
+  // Stage 0 decides before its first forward whether the step ends the
+  // run; the others follow the decision its activations carry, known once
+  // their last forward of the step has run.
+  if (is_first()) current->last_of_run = CommitStep(current->step);
+  if (two_bw_) {
+    // 2BW: a run's first two steps use its initial version; after that
+    // each step uses the version its predecessor's predecessor produced
+    // (one newer per step), i.e. W(t - 1) for step t.
+    if (steps_in_run_ == 0) {
+      two_bw_version_ = weight_version_.load();
+    } else if (steps_in_run_ >= 2) {
+      ++two_bw_version_;
+    }
+    current->version = two_bw_version_;
+  }
+  ASSIGN_OR_RETURN(std::vector<Instruction> steady,
+                   BuildSchedule(params, config_.stage()));
+  RETURN_IF_ERROR(RunInstructions(steady, 0, current));
+  const bool last = current->last_of_run;
+  if (!is_first()) FollowUpstream(current->step, last);
+  if (!last) {
+    ++steps_in_run_;
+    return absl::OkStatus();
+  }
+  params.last_step = true;
+  ASSIGN_OR_RETURN(std::vector<Instruction> full,
+                   BuildSchedule(params, config_.stage()));
+  RETURN_IF_ERROR(RunInstructions(full, steady.size(), current));
+  steps_in_run_ = 0;
+  stash_->SetFloor(-1);  // 2BW kept the last version for a next step
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::RunStep(int64_t step) {
+  std::lock_guard<std::mutex> compute(compute_mu_);
+  const auto start = Clock::now();
+  const int m = params_.micro_batches;
+  if (!cross_step_ || steps_in_run_ == 0) {
+    // Cross-step schedules accumulate across the step boundary; their
+    // updates start every accumulation afresh.
+    ZeroGrads(model_->params());
+    if (metrics_ != nullptr) metrics_->in_flight()->Set(0);
+  }
+  counters_ = StepCounters{
+      0.0, 0.0, 0.0, 0.0, counters_.held_bytes, counters_.held_bytes};
+  if (stash_ != nullptr) stash_->ResetPeak();
+  auto inserted = in_flight_.emplace(step, std::make_unique<StepState>());
+  StepState& state = *inserted.first->second;
+  state.step = step;
+  state.micro.resize(m);
+  state.pending = m;
+  RETURN_IF_ERROR(cross_step_ ? RunCrossStep(&state)
+                              : RunInstructions(schedule_, 0, &state));
   const double seconds = SecondsSince(start);
   v1::StepResult result;
   result.set_step(step);
@@ -402,10 +506,11 @@ absl::Status StageExecutor::RunStep(int64_t step) {
   result.set_weight_version(weight_version_.load());
   if (order_ != nullptr) result.set_epoch(order_->EpochOfStep(step));
   if (is_last()) {
+    // The last stage runs every backward of a step in its own stream
+    // (its 1F1B warm-up is 0), so the step's loss is complete here.
     result.set_loss(state.loss.mean_loss());
     result.set_accuracy(state.loss.accuracy());
   }
-  const double m = static_cast<double>(state.micro.size());
   if (metrics_ != nullptr) {
     metrics_->steps()->Increment();
     metrics_->samples()->Increment(
@@ -413,18 +518,22 @@ absl::Status StageExecutor::RunStep(int64_t step) {
     metrics_->weight_version()->Set(
         static_cast<double>(weight_version_.load()));
     metrics_->peak_activation_bytes()->Set(
-        static_cast<double>(state.peak_bytes));
+        static_cast<double>(counters_.peak_bytes));
     if (is_last()) metrics_->loss()->Set(state.loss.mean_loss());
+  }
+  // Drop the steps whose micro-batches have all finished.
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    it = it->second->pending <= 0 ? in_flight_.erase(it) : std::next(it);
   }
   std::lock_guard<std::mutex> lock(mu_);
   results_.push_back(result);
   if (results_.size() > kMaxResults) results_.pop_front();
-  timings_.forward_seconds = state.forward_seconds / m;
-  timings_.backward_seconds = state.backward_seconds / m;
-  timings_.idle_seconds = state.idle_seconds;
-  timings_.optimizer_seconds = state.optimizer_seconds;
+  timings_.forward_seconds = counters_.forward_seconds / m;
+  timings_.backward_seconds = counters_.backward_seconds / m;
+  timings_.idle_seconds = counters_.idle_seconds;
+  timings_.optimizer_seconds = counters_.optimizer_seconds;
   timings_.step_seconds = seconds;
-  timings_.peak_activation_bytes = state.peak_bytes;
+  timings_.peak_activation_bytes = counters_.peak_bytes;
   timings_.peak_stash_depth = stash_ != nullptr ? stash_->peak_depth() : 0;
   return absl::OkStatus();
 }
@@ -475,7 +584,7 @@ absl::Status StageExecutor::LoadInput(int mb, StepState* state) {
     ASSIGN_OR_RETURN(micro.input, ToDevice(backend_, x));
   }
   ASSIGN_OR_RETURN(micro.labels, state->labels.SliceRows(begin, end));
-  state->Hold(micro.input.bytes());
+  counters_.Hold(micro.input.bytes());
   return absl::OkStatus();
 }
 
@@ -498,8 +607,7 @@ absl::StatusOr<Batch> StageExecutor::TakeBatch(int64_t step) {
 }
 
 absl::StatusOr<StageMessage> StageExecutor::Receive(MessageKind kind,
-                                                    int64_t step, int mb,
-                                                    StepState* state) {
+                                                    int64_t step, int mb) {
   const auto start = Clock::now();
   const double timeout =
       config_.recv_timeout_s() > 0 ? config_.recv_timeout_s() : 120.0;
@@ -508,7 +616,7 @@ absl::StatusOr<StageMessage> StageExecutor::Receive(MessageKind kind,
                        start + std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double>(timeout)));
   const double idle = SecondsSince(start);
-  state->idle_seconds += idle;
+  counters_.idle_seconds += idle;
   if (metrics_ != nullptr) metrics_->idle_seconds()->Increment(idle);
   return msg;
 }
@@ -529,17 +637,18 @@ absl::StatusOr<Tensor> StageExecutor::FromWire(const Tensor& wire) {
 
 absl::Status StageExecutor::ReceiveActivation(int mb, StepState* state) {
   ASSIGN_OR_RETURN(StageMessage msg,
-                   Receive(MessageKind::kActivation, state->step, mb, state));
+                   Receive(MessageKind::kActivation, state->step, mb));
   MicroBatch& micro = state->micro[mb];
   ASSIGN_OR_RETURN(micro.input, FromWire(msg.tensors.at(0)));
   micro.labels = msg.tensors.at(1);
+  if (cross_step_ && msg.value != 0.0) state->last_of_run = true;
   micro.version = weight_version_.load();
   if (config_.vertical_sync()) {
     // Stage 0's version for this micro-batch; later ones get it or newer.
     micro.version = msg.weight_version;
     stash_->SetFloor(msg.weight_version);
   }
-  state->Hold(micro.input.bytes());
+  counters_.Hold(micro.input.bytes());
   return absl::OkStatus();
 }
 
@@ -554,7 +663,9 @@ absl::Status StageExecutor::Forward(int mb, StepState* state) {
   MicroBatch& micro = state->micro[mb];
   const ForwardOptions options = MicroBatchOptions(state->step, mb);
   const bool keep = !config_.spec().rematerialize();
-  if (is_first() || !config_.vertical_sync()) {
+  if (two_bw_) {
+    micro.version = state->version;  // double buffering: the step's version
+  } else if (is_first() || !config_.vertical_sync()) {
     micro.version = weight_version_.load();
   }
   StashedWeights weights(stash_.get());
@@ -565,9 +676,9 @@ absl::Status StageExecutor::Forward(int mb, StepState* state) {
   ASSIGN_OR_RETURN(
       micro.output,
       model_->Forward(micro.input, options, keep ? &micro.contexts : nullptr));
-  state->Hold(ContextBytes(micro.contexts) + micro.output.bytes());
+  counters_.Hold(ContextBytes(micro.contexts) + micro.output.bytes());
   const double seconds = SecondsSince(start);
-  state->forward_seconds += seconds;
+  counters_.forward_seconds += seconds;
   CountCompute(StageMetrics::kForward, seconds);
   if (metrics_ != nullptr) metrics_->in_flight()->Increment();
   return absl::OkStatus();
@@ -589,9 +700,10 @@ absl::Status StageExecutor::SendActivation(int mb, StepState* state) {
   msg.step = state->step;
   msg.micro_batch = mb;
   msg.weight_version = micro.version;  // what vertical sync propagates
+  msg.value = state->last_of_run ? 1.0 : 0.0;
   ASSIGN_OR_RETURN(Tensor wire, ToWire(micro.output));
   msg.tensors = {wire, micro.labels};
-  state->held_bytes -= micro.output.bytes();
+  counters_.held_bytes -= micro.output.bytes();
   micro.output = Tensor();
   return SendTo(downstream(), std::move(msg));
 }
@@ -605,11 +717,12 @@ absl::Status StageExecutor::Loss(int mb, StepState* state) {
   state->loss.Add(stats);
   // The loss is the mean over every label of the mini-batch (of the
   // micro-batch when every micro-batch is its own update).
-  const int64_t rows =
-      stash_ != nullptr ? labels.numel() : labels.numel() * state->micro.size();
+  const int64_t rows = per_micro_batch_update_
+                           ? labels.numel()
+                           : labels.numel() * state->micro.size();
   const float scale = 1.0f / static_cast<float>(rows);
   ASSIGN_OR_RETURN(micro.grad_output, loss_->Backward(scale, &ctx));
-  state->held_bytes -= micro.output.bytes();
+  counters_.held_bytes -= micro.output.bytes();
   micro.output = Tensor();
   CountCompute(StageMetrics::kLoss, SecondsSince(start));
   return absl::OkStatus();
@@ -617,7 +730,7 @@ absl::Status StageExecutor::Loss(int mb, StepState* state) {
 
 absl::Status StageExecutor::ReceiveGradient(int mb, StepState* state) {
   ASSIGN_OR_RETURN(StageMessage msg,
-                   Receive(MessageKind::kGradient, state->step, mb, state));
+                   Receive(MessageKind::kGradient, state->step, mb));
   ASSIGN_OR_RETURN(state->micro[mb].grad_output, FromWire(msg.tensors.at(0)));
   return absl::OkStatus();
 }
@@ -631,9 +744,9 @@ absl::Status StageExecutor::Recompute(int mb, const ForwardOptions& options,
   MicroBatch& micro = state->micro[mb];
   RETURN_IF_ERROR(
       model_->Forward(micro.input, options, &micro.contexts).status());
-  state->Hold(ContextBytes(micro.contexts));
+  counters_.Hold(ContextBytes(micro.contexts));
   const double seconds = SecondsSince(start);
-  state->forward_seconds += seconds;
+  counters_.forward_seconds += seconds;
   CountCompute(StageMetrics::kRecompute, seconds);
   return absl::OkStatus();
 }
@@ -651,14 +764,15 @@ absl::Status StageExecutor::Backward(int mb, StepState* state) {
   ASSIGN_OR_RETURN(micro.grad_input,
                    model_->Backward(micro.grad_output, options, &micro.contexts,
                                     !is_first()));
-  state->held_bytes -= ContextBytes(micro.contexts) + micro.input.bytes();
+  counters_.held_bytes -= ContextBytes(micro.contexts) + micro.input.bytes();
   micro.contexts.clear();
   micro.input = Tensor();
   micro.grad_output = Tensor();
   const double seconds = SecondsSince(start);
-  state->backward_seconds += seconds;
+  counters_.backward_seconds += seconds;
   CountCompute(StageMetrics::kBackward, seconds);
   if (metrics_ != nullptr) metrics_->in_flight()->Decrement();
+  --state->pending;
   if (stash_ != nullptr) {
     weights.Restore();
     stash_->Unpin(micro.version);
@@ -677,12 +791,12 @@ absl::Status StageExecutor::BackwardInput(int mb, StepState* state) {
                                          &micro.contexts, !is_first()));
   // B drops the activations W does not need and keeps (e.g.) each linear
   // layer's input and output gradient until W.
-  state->held_bytes -= forward_bytes + micro.input.bytes();
-  state->Hold(ContextBytes(micro.contexts));
+  counters_.held_bytes -= forward_bytes + micro.input.bytes();
+  counters_.Hold(ContextBytes(micro.contexts));
   micro.input = Tensor();
   micro.grad_output = Tensor();
   const double seconds = SecondsSince(start);
-  state->backward_seconds += seconds;
+  counters_.backward_seconds += seconds;
   CountCompute(StageMetrics::kBackward, seconds);
   return absl::OkStatus();
 }
@@ -693,12 +807,13 @@ absl::Status StageExecutor::BackwardWeight(int mb, StepState* state) {
   const int64_t held = ContextBytes(micro.contexts);
   RETURN_IF_ERROR(model_->BackwardWeight(MicroBatchOptions(state->step, mb),
                                          &micro.contexts));
-  state->held_bytes -= held;
+  counters_.held_bytes -= held;
   micro.contexts.clear();
   const double seconds = SecondsSince(start);
-  state->backward_seconds += seconds;
+  counters_.backward_seconds += seconds;
   CountCompute(StageMetrics::kBackward, seconds);
   if (metrics_ != nullptr) metrics_->in_flight()->Decrement();
+  --state->pending;
   return absl::OkStatus();
 }
 
@@ -719,10 +834,9 @@ absl::StatusOr<double> StageExecutor::GlobalSumSquares(double local,
                                                        int64_t step) {
   // Partial sums flow up from the last stage; the total flows back down.
   double partial = local;
-  StepState unused;
   if (!is_last()) {
     ASSIGN_OR_RETURN(StageMessage msg,
-                     Receive(MessageKind::kNormPartial, step, 0, &unused));
+                     Receive(MessageKind::kNormPartial, step, 0));
     partial += msg.value;
   }
   if (!is_first()) {
@@ -735,7 +849,7 @@ absl::StatusOr<double> StageExecutor::GlobalSumSquares(double local,
   double total = partial;
   if (!is_first()) {
     ASSIGN_OR_RETURN(StageMessage msg,
-                     Receive(MessageKind::kNormTotal, step, 0, &unused));
+                     Receive(MessageKind::kNormTotal, step, 0));
     total = msg.value;
   }
   if (!is_last()) {
@@ -758,12 +872,15 @@ absl::Status StageExecutor::OptimizerStep(StepState* state) {
     scale = ClipScale(total, clip);
   }
   if (stash_ != nullptr) {
+    // 2BW: the version being replaced is the one the next step uses.
+    if (two_bw_) stash_->SetFloor(weight_version_.load());
     RETURN_IF_ERROR(stash_->BeforeUpdate(weight_version_.load()));
   }
   RETURN_IF_ERROR(optimizer_->Step(model_->params(), scale));
   ++weight_version_;
-  state->optimizer_seconds = SecondsSince(start);
-  CountCompute(StageMetrics::kOptimizer, state->optimizer_seconds);
+  const double seconds = SecondsSince(start);
+  counters_.optimizer_seconds += seconds;
+  CountCompute(StageMetrics::kOptimizer, seconds);
   return absl::OkStatus();
 }
 

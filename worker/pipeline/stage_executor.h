@@ -4,12 +4,17 @@
 // place in the pipeline, the schedule), it runs the schedule's instruction
 // stream once per step on its own thread: receiving activations and
 // gradients from its Mailbox, sending its own through StageLinks, and
-// applying the optimizer at the end of each step. Stage 0 reads the data;
+// applying the optimizer where the schedule says. Stage 0 reads the data;
 // labels travel down with the activations to the last stage, which computes
 // the loss. Schedules: GPipe, 1F1B-flush and ZB-H1 (whose backward is split
-// into B, the input gradient, and W, the weight gradient); not interleaved,
-// which needs chunk-aware links. Every executed instruction is recorded in
-// a bounded pipeline trace (see StageTrace).
+// into B, the input gradient, and W, the weight gradient), which drain the
+// pipeline every step; and the cross-step 1F1B-async and 2BW, whose steady
+// state runs on across steps: a step's stream may run backwards (and
+// updates) of the previous step's micro-batches, which stay in flight
+// between RunSteps. They warm up in the first step of a Train run and cool
+// down in its last one. Not interleaved, which needs chunk-aware links.
+// Every executed instruction is recorded in a bounded pipeline trace (see
+// StageTrace).
 //
 // Thread-safety: public methods are thread-safe. The training thread owns
 // the model and backend while a step runs; Weights() waits for the step in
@@ -17,9 +22,11 @@
 #ifndef PIPETRAIN_WORKER_PIPELINE_STAGE_EXECUTOR_H_
 #define PIPETRAIN_WORKER_PIPELINE_STAGE_EXECUTOR_H_
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -83,7 +90,12 @@ class StageExecutor {
   // Trains steps next_step() .. until_step - 1 on the training thread and
   // returns at once with the target in force. While a run is in progress it
   // moves the target (never below the step in progress + 1). Fails with
-  // FailedPrecondition after a failure.
+  // FailedPrecondition after a failure. Cross-step schedules: stage 0 leads.
+  // It decides when a step starts whether the step ends the run (cool-down)
+  // and never lowers the target below a step it committed to continue into;
+  // the later stages follow the decision, which travels with the step's
+  // activations, whatever target they were given. So lowering stage 0's
+  // target pauses the whole pipeline at the step it reports.
   absl::StatusOr<int64_t> Train(int64_t until_step);
   // Stops training (the step in progress fails with Cancelled) and waits.
   void Stop();
@@ -111,6 +123,19 @@ class StageExecutor {
  private:
   struct MicroBatch;
   struct StepState;
+  // What a stage measured over one step's stream.
+  struct StepCounters {
+    double forward_seconds = 0.0;
+    double backward_seconds = 0.0;
+    double idle_seconds = 0.0;
+    double optimizer_seconds = 0.0;
+    int64_t held_bytes = 0;  // carried across steps (cross-step schedules)
+    int64_t peak_bytes = 0;
+    void Hold(int64_t bytes) {
+      held_bytes += bytes;
+      peak_bytes = std::max(peak_bytes, held_bytes);
+    }
+  };
 
   StageExecutor(const v1::StageConfig& config, Backend* backend,
                 StageMetrics* metrics);
@@ -118,6 +143,20 @@ class StageExecutor {
   void CountCompute(StageMetrics::Phase phase, double seconds) const;
   void Loop();
   absl::Status RunStep(int64_t step);
+  // Runs stream[begin..] of the step `current`.
+  absl::Status RunInstructions(const std::vector<Instruction>& stream,
+                               size_t begin, StepState* current);
+  // Cross-step schedules: the steady part of `current`'s stream, then the
+  // cool-down when the step turns out to be the run's last.
+  absl::Status RunCrossStep(StepState* current);
+  // Stage 0: decides (under mu_) whether `step` ends the run; a step that
+  // does not commits the target to at least step + 2.
+  bool CommitStep(int64_t step);
+  // Later stages: adopt stage 0's decision for `step` as the target.
+  void FollowUpstream(int64_t step, bool last);
+  // The step state an instruction's micro-batch belongs to.
+  absl::StatusOr<StepState*> Owner(const Instruction& instruction,
+                                   StepState* current);
   absl::Status Execute(const Instruction& instruction, StepState* state);
   absl::Status LoadInput(int mb, StepState* state);
   // Stage 0: the mini-batch of `step`, read ahead on a helper thread while
@@ -142,8 +181,7 @@ class StageExecutor {
   absl::Status SendGradient(int mb, StepState* state);
   absl::Status OptimizerStep(StepState* state);
   absl::StatusOr<double> GlobalSumSquares(double local, int64_t step);
-  absl::StatusOr<StageMessage> Receive(MessageKind kind, int64_t step, int mb,
-                                       StepState* state);
+  absl::StatusOr<StageMessage> Receive(MessageKind kind, int64_t step, int mb);
   absl::Status SendTo(const std::shared_ptr<StageLink>& link,
                       StageMessage message);
   std::shared_ptr<StageLink> downstream() const;
@@ -158,8 +196,14 @@ class StageExecutor {
   StageMetrics* const metrics_;  // borrowed, may be null
   int64_t rows_per_micro_batch_ = 0;
   Shape label_shape_;  // per sample, from the whole model's output
-  std::vector<Instruction> schedule_;
-  DatasetPair data_;                    // stage 0 only
+  ScheduleParams params_;
+  std::vector<Instruction> schedule_;  // synchronous schedules
+  bool cross_step_ = false;            // 1F1B-async, 2BW
+  bool two_bw_ = false;
+  // 1F1B-async: each micro-batch is its own update (loss scale 1 / rows).
+  bool per_micro_batch_update_ = false;
+  int lookback_ = 0;  // steps back a stream reaches (StepLookback)
+  DatasetPair data_;  // stage 0 only
   std::unique_ptr<SampleOrder> order_;  // stage 0 only
   // Owned by the training thread.
   std::future<absl::StatusOr<Batch>> prefetch_;
@@ -170,8 +214,14 @@ class StageExecutor {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<SoftmaxCrossEntropyLoss> loss_;
-  // Asynchronous schedule only.
+  // Cross-step schedules only.
   std::unique_ptr<WeightStash> stash_;
+  // Steps with micro-batches in flight: the running one and (cross-step)
+  // earlier ones whose backwards have not all run.
+  std::map<int64_t, std::unique_ptr<StepState>> in_flight_;
+  StepCounters counters_;
+  int64_t steps_in_run_ = 0;    // cross-step: steps since the last warm-up
+  int64_t two_bw_version_ = 0;  // 2BW: the version the last step used
 
   Mailbox mailbox_;
   std::atomic<int64_t> next_step_{0};
@@ -184,6 +234,8 @@ class StageExecutor {
   std::shared_ptr<StageLink> downstream_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<StageLink> upstream_ ABSL_GUARDED_BY(mu_);
   v1::StageState state_ ABSL_GUARDED_BY(mu_) = v1::STAGE_STATE_CONFIGURED;
+  // Cross-step: the lowest target the run can still honour.
+  int64_t committed_until_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
   StageTimings timings_ ABSL_GUARDED_BY(mu_);

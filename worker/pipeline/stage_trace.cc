@@ -37,7 +37,9 @@ v1::GetTraceResponse StageTrace::Since(int64_t since_step) const {
   for (const TraceRecord& r : records) {
     v1::TraceEvent* e = out.add_events();
     e->set_stage(stage_);
-    e->set_step(r.step);
+    // The micro-batch's step: a cross-step schedule runs backwards of the
+    // previous step's micro-batches in a step's stream.
+    e->set_step(r.step + r.instruction.step_offset);
     e->set_op(OpKindShortName(r.instruction.op));
     e->set_micro_batch(r.instruction.micro_batch);
     e->set_chunk(r.instruction.chunk);

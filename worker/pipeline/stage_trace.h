@@ -23,6 +23,8 @@ namespace pipetrain {
 
 // One executed instruction.
 struct TraceRecord {
+  // The step whose stream ran it; the event reports the micro-batch's step
+  // (step + instruction.step_offset).
   int64_t step = 0;
   Instruction instruction{OpKind::kForward};
   // The weight version in force while it ran (for an optimizer step, the
