@@ -101,7 +101,8 @@ absl::Status StageServiceImpl::DoTrain(const v1::TrainRequest& request,
                                        v1::TrainResponse* response) {
   ASSIGN_OR_RETURN(std::shared_ptr<StageExecutor> executor,
                    Executor(request.job_id()));
-  if (!executor->is_last()) {
+  // Interleaved: the last stage too (its wrap-around link to stage 0).
+  if (executor->needs_downstream()) {
     std::lock_guard<std::mutex> lock(mu_);
     if (downstream_ == nullptr) {
       downstream_ =

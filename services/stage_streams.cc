@@ -247,8 +247,14 @@ absl::Status UpstreamStream::HandleFrame() {
       return absl::InvalidArgumentError("a second HELLO on one stream");
     }
     ASSIGN_OR_RETURN(executor_, service_->Executor(h.job_id()));
-    if (h.stage() != executor_->config().stage() - 1) {
-      const int stage = executor_->config().stage();
+    const int stage = executor_->config().stage();
+    // Interleaved: worker 0's previous stage is the last worker (the
+    // wrap-around link from the last virtual stage of one chunk).
+    const int previous = executor_->num_chunks() > 1
+                             ? (stage + executor_->config().num_stages() - 1) %
+                                   executor_->config().num_stages()
+                             : stage - 1;
+    if (h.stage() != previous) {
       executor_.reset();
       return absl::InvalidArgumentError(absl::StrCat(
           "stage ", h.stage(), " is not the previous stage of stage ", stage));

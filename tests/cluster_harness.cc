@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "services/grpc_util.h"
 
 namespace pipetrain::testing {
@@ -207,7 +209,13 @@ PipelineRun RunPipeline(std::vector<Worker>& workers, const std::string& job,
   std::vector<int> bounds = {0};
   bounds.insert(bounds.end(), cuts.begin(), cuts.end());
   bounds.push_back(spec.model().layers_size());
-  const int k = static_cast<int>(bounds.size()) - 1;
+  const int v = std::max(1, options.virtual_stages);
+  const int chunks = static_cast<int>(bounds.size()) - 1;
+  const int k = chunks / v;
+  if (chunks % v != 0) {
+    out.status = absl::InvalidArgumentError("cuts do not give K * v chunks");
+    return out;
+  }
   if (k > static_cast<int>(workers.size())) {
     out.status = absl::InvalidArgumentError("more stages than workers");
     return out;
@@ -222,6 +230,16 @@ PipelineRun RunPipeline(std::vector<Worker>& workers, const std::string& job,
     c->set_layer_begin(bounds[s]);
     c->set_layer_end(bounds[s + 1]);
     if (s + 1 < k) c->set_downstream(workers[s + 1].address);
+    if (v > 1) {
+      // Virtual stage j = c * K + s; the last worker wraps to worker 0.
+      c->set_virtual_stages(v);
+      for (int chunk = 0; chunk < v; ++chunk) {
+        v1::LayerRange* range = c->add_chunks();
+        range->set_begin(bounds[chunk * k + s]);
+        range->set_end(bounds[chunk * k + s + 1]);
+      }
+      c->set_downstream(workers[(s + 1) % k].address);
+    }
     c->set_wire_dtype(options.wire);
     c->set_schedule(options.schedule);
     c->set_recv_timeout_s(60);
@@ -246,6 +264,7 @@ PipelineRun RunPipeline(std::vector<Worker>& workers, const std::string& job,
   for (const auto& r : out.stages.back().results())
     out.losses.push_back(r.loss());
   if (!options.fetch_weights) return out;
+  std::vector<std::pair<int, std::vector<float>>> by_layer;
   for (int s = 0; s < k; ++s) {
     v1::GetWeightsRequest request;
     request.set_job_id(job);
@@ -256,9 +275,24 @@ PipelineRun RunPipeline(std::vector<Worker>& workers, const std::string& job,
     if (!out.status.ok()) return out;
     for (const auto& t : response.weights()) {
       const float* f = reinterpret_cast<const float*>(t.data().data());
-      out.weights.emplace_back(f, f + t.data().size() / sizeof(float));
+      // Parameters are named "layers.<index>.<name>".
+      int layer = 0;
+      const std::vector<std::string> parts = absl::StrSplit(t.name(), '.');
+      if (parts.size() < 2 || !absl::SimpleAtoi(parts[1], &layer)) {
+        out.status = absl::InternalError(
+            absl::StrCat("unexpected parameter name ", t.name()));
+        return out;
+      }
+      by_layer.emplace_back(
+          layer, std::vector<float>(f, f + t.data().size() / sizeof(float)));
     }
   }
+  // Interleaved workers hold non-adjacent chunks: back to model order.
+  std::stable_sort(
+      by_layer.begin(), by_layer.end(),
+      [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [layer, weights] : by_layer)
+    out.weights.push_back(std::move(weights));
   return out;
 }
 

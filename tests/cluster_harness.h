@@ -82,8 +82,9 @@ class TempDir {
 // What a pipeline run on worker processes produced.
 struct PipelineRun {
   absl::Status status;
-  std::vector<double> losses;                 // per step, from the last stage
-  std::vector<std::vector<float>> weights;    // every stage's, in order
+  std::vector<double> losses;  // per step, from the last stage
+  // Every stage's parameters in model (layer) order.
+  std::vector<std::vector<float>> weights;
   std::vector<v1::GetStatusResponse> stages;  // final status per stage
 };
 
@@ -92,10 +93,14 @@ struct PipelineOptions {
   v1::ScheduleKindProto schedule = v1::SCHEDULE_GPIPE;
   double timeout_s = 120;
   bool fetch_weights = true;
+  // SCHEDULE_INTERLEAVED: chunks per worker (v); the cuts then give K * v
+  // chunks, worker s holding chunks s, K + s, 2K + s, ...
+  int virtual_stages = 1;
 };
 
 // Configures workers [0, K) with `spec`'s model cut at `cuts` (layer
-// indices) and trains spec.steps() steps under job id `job`.
+// indices; into K * options.virtual_stages chunks) and trains spec.steps()
+// steps under job id `job`.
 PipelineRun RunPipeline(std::vector<Worker>& workers, const std::string& job,
                         const v1::TrainingSpec& spec,
                         const std::vector<int>& cuts,

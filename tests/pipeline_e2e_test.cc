@@ -117,6 +117,30 @@ TEST_F(PipelineTest, GPipeMatchesTheInProcessTrainer) {
   }
 }
 
+// Interleaved 1F1B over gRPC: K workers with v = 2 chunks each of the
+// 5-layer MLP; the last worker's wrap-around stream feeds worker 0's second
+// chunk (K = 1: a worker's stream to itself).
+TEST_F(PipelineTest, InterleavedMatchesTheInProcessTrainer) {
+  for (int64_t m : {4, 8}) {
+    v1::TrainingSpec spec = LoadJob("fashion_mnist_mlp.job.json");
+    spec.set_micro_batches(m);
+    spec.set_steps(6);
+    const RunResult want = Reference(spec);
+    ASSERT_TRUE(want.status.ok()) << want.status;
+    PipelineOptions options;
+    options.schedule = v1::SCHEDULE_INTERLEAVED;
+    options.virtual_stages = 2;
+    for (const std::vector<int>& cuts :
+         std::vector<std::vector<int>>{{1, 2, 4}, {2}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "M=" << m << " K=" << (cuts.size() + 1) / 2);
+      ExpectClose(RunPipeline(workers_, absl::StrCat("job-", ++job_counter_),
+                              spec, cuts, options),
+                  want, 1e-5, 1e-5);
+    }
+  }
+}
+
 // bf16 activations and gradients on the wire: 8 bits of mantissa, so the
 // run drifts from the exact one. Bound: per-step loss within 1% and weights
 // within 1e-2 (relative, or absolute below 1) after 6 steps.

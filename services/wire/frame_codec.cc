@@ -178,6 +178,7 @@ absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeMessage(
   header.set_job_id(job_id);
   header.set_step(message.step);
   header.set_micro_batch(message.micro_batch);
+  header.set_chunk(message.chunk);
   header.set_weight_version(message.weight_version);
   header.set_value(message.value);
   for (const Tensor& t : message.tensors) {
@@ -257,7 +258,7 @@ absl::StatusOr<DecodedFrame> FrameAssembler::Add(
         absl::StrCat("message declares ", h.total_bytes(),
                      " bytes but its tensors need ", layout.total));
   }
-  const Key key{static_cast<int>(kind), h.step(), h.micro_batch()};
+  const Key key{static_cast<int>(kind), h.step(), h.micro_batch(), h.chunk()};
   auto it = partial_.find(key);
   if (it == partial_.end()) {
     if (h.offset() != 0) {
@@ -294,6 +295,7 @@ absl::StatusOr<DecodedFrame> FrameAssembler::Add(
   message.kind = kind;
   message.step = h.step();
   message.micro_batch = h.micro_batch();
+  message.chunk = h.chunk();
   message.weight_version = h.weight_version();
   message.value = h.value();
   for (int i = 0; i < h.tensors_size(); ++i) {

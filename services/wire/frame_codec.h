@@ -66,7 +66,7 @@ class FrameAssembler {
     std::shared_ptr<Storage> storage;
     int64_t received = 0;
   };
-  using Key = std::tuple<int, int64_t, int32_t>;
+  using Key = std::tuple<int, int64_t, int32_t, int32_t>;  // + chunk
   std::shared_ptr<HostBufferPool> pool_;
   std::map<Key, Partial> partial_;
 };

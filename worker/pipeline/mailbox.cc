@@ -20,7 +20,7 @@ const char* MessageKindName(MessageKind kind) {
 
 absl::Status Mailbox::Deliver(StageMessage message) {
   const Key key{static_cast<int>(message.kind), message.step,
-                message.micro_batch};
+                message.micro_batch, message.chunk};
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.ok()) return failure_;
@@ -28,7 +28,9 @@ absl::Status Mailbox::Deliver(StageMessage message) {
     if (!inserted) {
       return absl::AlreadyExistsError(absl::StrCat(
           "duplicate ", MessageKindName(it->second.kind), " for step ",
-          it->second.step, " micro-batch ", it->second.micro_batch));
+          it->second.step, " micro-batch ", it->second.micro_batch,
+          it->second.chunk != 0 ? absl::StrCat(" chunk ", it->second.chunk)
+                                : ""));
     }
   }
   cv_.notify_all();
@@ -36,9 +38,9 @@ absl::Status Mailbox::Deliver(StageMessage message) {
 }
 
 absl::StatusOr<StageMessage> Mailbox::Receive(
-    MessageKind kind, int64_t step, int32_t micro_batch,
+    MessageKind kind, int64_t step, int32_t micro_batch, int32_t chunk,
     std::chrono::steady_clock::time_point deadline) {
-  const Key key{static_cast<int>(kind), step, micro_batch};
+  const Key key{static_cast<int>(kind), step, micro_batch, chunk};
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     if (!failure_.ok()) return failure_;
@@ -52,7 +54,8 @@ absl::StatusOr<StageMessage> Mailbox::Receive(
         std::chrono::steady_clock::now() >= deadline) {
       return absl::UnavailableError(
           absl::StrCat("timed out waiting for the ", MessageKindName(kind),
-                       " of step ", step, " micro-batch ", micro_batch));
+                       " of step ", step, " micro-batch ", micro_batch,
+                       chunk != 0 ? absl::StrCat(" chunk ", chunk) : ""));
     }
   }
 }

@@ -32,6 +32,8 @@ struct StageMessage {
   MessageKind kind = MessageKind::kActivation;
   int64_t step = 0;
   int32_t micro_batch = 0;
+  // Interleaved: the receiver's model chunk the message is for (else 0).
+  int32_t chunk = 0;
   int64_t weight_version = 0;
   // Host tensors (float32, or bf16/fp16 on the wire).
   std::vector<Tensor> tensors;
@@ -48,7 +50,8 @@ class StageLink {
   virtual absl::Status Send(StageMessage message) = 0;
 };
 
-// Incoming messages, keyed by (kind, step, micro-batch), waited for by the
+// Incoming messages, keyed by (kind, step, micro-batch, chunk), waited for
+// by the
 // stage's executor. Thread-safe.
 class Mailbox {
  public:
@@ -56,11 +59,11 @@ class Mailbox {
   // (AlreadyExists); a failed mailbox drops it.
   absl::Status Deliver(StageMessage message);
 
-  // Waits until the message (kind, step, micro_batch) arrives, the mailbox
-  // fails (that status), or the deadline passes (Unavailable naming the
-  // message awaited).
+  // Waits until the message (kind, step, micro_batch, chunk) arrives, the
+  // mailbox fails (that status), or the deadline passes (Unavailable naming
+  // the message awaited).
   absl::StatusOr<StageMessage> Receive(
-      MessageKind kind, int64_t step, int32_t micro_batch,
+      MessageKind kind, int64_t step, int32_t micro_batch, int32_t chunk,
       std::chrono::steady_clock::time_point deadline);
 
   // Wakes every waiter with `status` (e.g. a neighbour's stream broke).
@@ -73,7 +76,7 @@ class Mailbox {
   size_t size() const;
 
  private:
-  using Key = std::tuple<int, int64_t, int32_t>;
+  using Key = std::tuple<int, int64_t, int32_t, int32_t>;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, StageMessage> messages_ ABSL_GUARDED_BY(mu_);

@@ -41,12 +41,11 @@ absl::StatusOr<ScheduleKind> FromProto(v1::ScheduleKindProto kind) {
       return ScheduleKind::kOneFOneBAsync;
     case v1::SCHEDULE_2BW:
       return ScheduleKind::kTwoBW;
+    case v1::SCHEDULE_INTERLEAVED:
+      return ScheduleKind::kInterleaved;
     default:
-      // Interleaved needs links per model chunk (virtual stage).
-      return absl::InvalidArgumentError(absl::StrCat(
-          "schedule: ", v1::ScheduleKindProto_Name(kind),
-          " is not supported by the stage executor yet (use GPipe, "
-          "1F1B-flush, ZB-H1, 1F1B-async or 2BW)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("schedule: unknown ", static_cast<int>(kind)));
   }
 }
 
@@ -64,6 +63,37 @@ absl::Status CheckTensor(const Tensor& t, const Shape& want, DType dtype,
                      ", got ", DTypeName(t.dtype()), ShapeToString(t.shape())));
   }
   return absl::OkStatus();
+}
+
+// The layer ranges of a worker's model chunks: config.chunks for the
+// interleaved schedule, else the one [layer_begin, layer_end).
+absl::StatusOr<std::vector<LayerSpan>> ChunkSpans(
+    const v1::StageConfig& config) {
+  if (config.schedule() != v1::SCHEDULE_INTERLEAVED) {
+    if (config.chunks_size() > 0 || config.virtual_stages() > 1) {
+      return absl::InvalidArgumentError(
+          "config.chunks / config.virtual_stages: only for "
+          "SCHEDULE_INTERLEAVED");
+    }
+    return std::vector<LayerSpan>{{config.layer_begin(), config.layer_end()}};
+  }
+  if (config.virtual_stages() < 2 ||
+      config.chunks_size() != config.virtual_stages()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.chunks: interleaved needs virtual_stages >= 2 chunks, got ",
+        config.chunks_size(), " chunks and virtual_stages ",
+        config.virtual_stages()));
+  }
+  std::vector<LayerSpan> spans;
+  for (const v1::LayerRange& range : config.chunks()) {
+    if (range.begin() >= range.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.chunks[", spans.size(), "]: [", range.begin(),
+                       ", ", range.end(), ") is empty"));
+    }
+    spans.push_back({range.begin(), range.end()});
+  }
+  return spans;
 }
 
 }  // namespace
@@ -133,9 +163,15 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
                      config.num_stages(), ")"));
   }
   const bool last = config.stage() == config.num_stages() - 1;
+  const bool interleaved = config.schedule() == v1::SCHEDULE_INTERLEAVED;
   if (!last && config.downstream().empty()) {
     return absl::InvalidArgumentError(
         "config.downstream: every stage but the last needs its neighbour");
+  }
+  if (interleaved && config.downstream().empty()) {
+    return absl::InvalidArgumentError(
+        "config.downstream: interleaved: the last worker needs worker 0 (the "
+        "wrap-around link)");
   }
   if (config.start_step() < 0) {
     return absl::InvalidArgumentError("config.start_step: must be >= 0");
@@ -152,15 +188,22 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
   ASSIGN_OR_RETURN(params.kind, FromProto(config.schedule()));
   params.num_stages = config.num_stages();
   params.micro_batches = static_cast<int>(m);
+  ASSIGN_OR_RETURN(std::vector<LayerSpan> spans, ChunkSpans(config));
+  params.virtual_stages = static_cast<int>(spans.size());
   // Cross-step streams are built per step; this validates the parameters.
   ASSIGN_OR_RETURN(stage->schedule_, BuildSchedule(params, config.stage()));
   stage->cross_step_ = IsCrossStep(params.kind);
   stage->two_bw_ = params.kind == ScheduleKind::kTwoBW;
   stage->per_micro_batch_update_ = params.kind == ScheduleKind::kOneFOneBAsync;
   stage->lookback_ = StepLookback(params, config.stage());
-  ASSIGN_OR_RETURN(stage->model_,
-                   Model::Build(spec.model(), config.layer_begin(),
-                                config.layer_end(), backend, spec.seed()));
+  for (const LayerSpan& span : spans) {
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<Model> model,
+        Model::Build(spec.model(), span.begin, span.end, backend, spec.seed()));
+    stage->all_params_.insert(stage->all_params_.end(), model->params().begin(),
+                              model->params().end());
+    stage->models_.push_back(std::move(model));
+  }
   if (config.initial_weights_size() > 0) {
     std::vector<Tensor> weights;
     for (const v1::TensorProto& t : config.initial_weights()) {
@@ -176,7 +219,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
                 static_cast<char*>(host.raw()));
       weights.push_back(host);
     }
-    RETURN_IF_ERROR(stage->model_->LoadParams(weights));
+    RETURN_IF_ERROR(stage->LoadInitialWeights(weights));
   }
   ASSIGN_OR_RETURN(stage->optimizer_,
                    Optimizer::Create(spec.optimizer(), backend));
@@ -192,8 +235,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
         "config.vertical_sync: only applies to SCHEDULE_ASYNC_1F1B");
   }
   if (stage->cross_step_) {
-    stage->stash_ =
-        std::make_unique<WeightStash>(backend, stage->model_->params());
+    stage->stash_ = std::make_unique<WeightStash>(backend, stage->all_params_);
   }
   if (last) stage->loss_ = std::make_unique<SoftmaxCrossEntropyLoss>(backend);
   if (config.stage() == 0) {
@@ -212,6 +254,28 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
     metrics->weight_version()->Set(static_cast<double>(config.start_step()));
   }
   return stage;
+}
+
+absl::Status StageExecutor::LoadInitialWeights(
+    const std::vector<Tensor>& weights) {
+  if (models_.size() == 1) return models_.front()->LoadParams(weights);
+  if (weights.size() != all_params_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.initial_weights: expected ", all_params_.size(),
+                     " tensors, got ", weights.size()));
+  }
+  auto next = weights.begin();
+  for (const std::unique_ptr<Model>& model : models_) {
+    const auto end = next + static_cast<ptrdiff_t>(model->params().size());
+    RETURN_IF_ERROR(model->LoadParams(std::vector<Tensor>(next, end)));
+    next = end;
+  }
+  return absl::OkStatus();
+}
+
+StageExecutor::MicroBatch& StageExecutor::Micro(StepState* state, int mb,
+                                                int chunk) {
+  return state->micro[static_cast<size_t>(chunk) * params_.micro_batches + mb];
 }
 
 void StageExecutor::SetDownstream(std::shared_ptr<StageLink> link) {
@@ -255,11 +319,16 @@ absl::Status StageExecutor::ValidateIncoming(const StageMessage& msg) const {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown micro-batch ", msg.micro_batch, " (M = ", m, ")"));
   }
+  if (msg.chunk < 0 || msg.chunk >= num_chunks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown chunk ", msg.chunk, " (", num_chunks(), " on this stage)"));
+  }
+  const Model& model = *models_[msg.chunk];
   const DType wire = FromProto(config_.wire_dtype());
   Shape rows = {rows_per_micro_batch_};
   switch (msg.kind) {
     case MessageKind::kActivation: {
-      if (is_first()) {
+      if (IsFirstVirtual(msg.chunk)) {
         return absl::InvalidArgumentError("stage 0 takes no activations");
       }
       if (msg.tensors.size() != 2) {
@@ -268,14 +337,15 @@ absl::Status StageExecutor::ValidateIncoming(const StageMessage& msg) const {
             msg.tensors.size()));
       }
       Shape act = rows;
-      act.insert(act.end(), input_shape().begin(), input_shape().end());
+      act.insert(act.end(), model.input_shape().begin(),
+                 model.input_shape().end());
       RETURN_IF_ERROR(CheckTensor(msg.tensors[0], act, wire, "activation"));
       Shape labels = rows;
       labels.insert(labels.end(), label_shape_.begin(), label_shape_.end());
       return CheckTensor(msg.tensors[1], labels, DType::kF32, "labels");
     }
     case MessageKind::kGradient: {
-      if (is_last()) {
+      if (IsLastVirtual(msg.chunk)) {
         return absl::InvalidArgumentError("the last stage takes no gradients");
       }
       if (msg.tensors.size() != 1) {
@@ -283,7 +353,8 @@ absl::Status StageExecutor::ValidateIncoming(const StageMessage& msg) const {
             "a gradient carries 1 tensor, got ", msg.tensors.size()));
       }
       Shape grad = rows;
-      grad.insert(grad.end(), output_shape().begin(), output_shape().end());
+      grad.insert(grad.end(), model.output_shape().begin(),
+                  model.output_shape().end());
       return CheckTensor(msg.tensors[0], grad, wire, "gradient");
     }
     case MessageKind::kNormPartial:
@@ -302,7 +373,7 @@ absl::StatusOr<int64_t> StageExecutor::Train(int64_t until_step) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the stage failed: ", error_.ToString(), "; configure it again"));
   }
-  if (!is_last() && downstream_ == nullptr) {
+  if (needs_downstream() && downstream_ == nullptr) {
     return absl::FailedPreconditionError("no link to the downstream stage");
   }
   if (state_ == v1::STAGE_STATE_RUNNING) {
@@ -435,7 +506,8 @@ absl::Status StageExecutor::RunInstructions(
         instruction.op == OpKind::kBackward ||
         instruction.op == OpKind::kBackwardInput) {
       // The version the micro-batch's weights had (stashed ones included).
-      record.weight_version = (*owner)->micro[instruction.micro_batch].version;
+      record.weight_version =
+          Micro(*owner, instruction.micro_batch, instruction.chunk).version;
     }
     trace_.Record(record);
   }
@@ -486,7 +558,7 @@ absl::Status StageExecutor::RunStep(int64_t step) {
   if (!cross_step_ || steps_in_run_ == 0) {
     // Cross-step schedules accumulate across the step boundary; their
     // updates start every accumulation afresh.
-    ZeroGrads(model_->params());
+    ZeroGrads(all_params_);
     if (metrics_ != nullptr) metrics_->in_flight()->Set(0);
   }
   counters_ = StepCounters{
@@ -495,8 +567,8 @@ absl::Status StageExecutor::RunStep(int64_t step) {
   auto inserted = in_flight_.emplace(step, std::make_unique<StepState>());
   StepState& state = *inserted.first->second;
   state.step = step;
-  state.micro.resize(m);
-  state.pending = m;
+  state.micro.resize(static_cast<size_t>(m) * num_chunks());
+  state.pending = m * num_chunks();
   RETURN_IF_ERROR(cross_step_ ? RunCrossStep(&state)
                               : RunInstructions(schedule_, 0, &state));
   const double seconds = SecondsSince(start);
@@ -543,23 +615,23 @@ absl::Status StageExecutor::Execute(const Instruction& in, StepState* state) {
     case OpKind::kLoadInput:
       return LoadInput(in.micro_batch, state);
     case OpKind::kRecvActivation:
-      return ReceiveActivation(in.micro_batch, state);
+      return ReceiveActivation(in.micro_batch, in.chunk, state);
     case OpKind::kForward:
-      return Forward(in.micro_batch, state);
+      return Forward(in.micro_batch, in.chunk, state);
     case OpKind::kSendActivation:
-      return SendActivation(in.micro_batch, state);
+      return SendActivation(in.micro_batch, in.chunk, state);
     case OpKind::kLoss:
-      return Loss(in.micro_batch, state);
+      return Loss(in.micro_batch, in.chunk, state);
     case OpKind::kRecvGradient:
-      return ReceiveGradient(in.micro_batch, state);
+      return ReceiveGradient(in.micro_batch, in.chunk, state);
     case OpKind::kBackward:
-      return Backward(in.micro_batch, state);
+      return Backward(in.micro_batch, in.chunk, state);
     case OpKind::kBackwardInput:
-      return BackwardInput(in.micro_batch, state);
+      return BackwardInput(in.micro_batch, in.chunk, state);
     case OpKind::kBackwardWeight:
-      return BackwardWeight(in.micro_batch, state);
+      return BackwardWeight(in.micro_batch, in.chunk, state);
     case OpKind::kSendGradient:
-      return SendGradient(in.micro_batch, state);
+      return SendGradient(in.micro_batch, in.chunk, state);
     case OpKind::kOptimizerStep:
       return OptimizerStep(state);
   }
@@ -571,12 +643,12 @@ absl::Status StageExecutor::LoadInput(int mb, StepState* state) {
   if (state->inputs.empty()) {
     ASSIGN_OR_RETURN(Batch batch, TakeBatch(state->step));
     ASSIGN_OR_RETURN(state->inputs,
-                     ShapeInputs(batch.inputs, model_->input_shape()));
+                     ShapeInputs(batch.inputs, models_.front()->input_shape()));
     state->labels = batch.labels;
   }
   const int64_t begin = mb * rows_per_micro_batch_;
   const int64_t end = begin + rows_per_micro_batch_;
-  MicroBatch& micro = state->micro[mb];
+  MicroBatch& micro = Micro(state, mb, 0);
   ASSIGN_OR_RETURN(Tensor x, state->inputs.SliceRows(begin, end));
   if (backend_->device() == Device::kCpu) {
     micro.input = x;  // host memory is the CPU backend's memory
@@ -607,12 +679,13 @@ absl::StatusOr<Batch> StageExecutor::TakeBatch(int64_t step) {
 }
 
 absl::StatusOr<StageMessage> StageExecutor::Receive(MessageKind kind,
-                                                    int64_t step, int mb) {
+                                                    int64_t step, int mb,
+                                                    int chunk) {
   const auto start = Clock::now();
   const double timeout =
       config_.recv_timeout_s() > 0 ? config_.recv_timeout_s() : 120.0;
   auto msg =
-      mailbox_.Receive(kind, step, mb,
+      mailbox_.Receive(kind, step, mb, chunk,
                        start + std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double>(timeout)));
   const double idle = SecondsSince(start);
@@ -635,10 +708,11 @@ absl::StatusOr<Tensor> StageExecutor::FromWire(const Tensor& wire) {
   return ToDevice(backend_, f32);
 }
 
-absl::Status StageExecutor::ReceiveActivation(int mb, StepState* state) {
+absl::Status StageExecutor::ReceiveActivation(int mb, int chunk,
+                                              StepState* state) {
   ASSIGN_OR_RETURN(StageMessage msg,
-                   Receive(MessageKind::kActivation, state->step, mb));
-  MicroBatch& micro = state->micro[mb];
+                   Receive(MessageKind::kActivation, state->step, mb, chunk));
+  MicroBatch& micro = Micro(state, mb, chunk);
   ASSIGN_OR_RETURN(micro.input, FromWire(msg.tensors.at(0)));
   micro.labels = msg.tensors.at(1);
   if (cross_step_ && msg.value != 0.0) state->last_of_run = true;
@@ -658,9 +732,9 @@ ForwardOptions StageExecutor::MicroBatchOptions(int64_t step, int mb) const {
   return options;
 }
 
-absl::Status StageExecutor::Forward(int mb, StepState* state) {
+absl::Status StageExecutor::Forward(int mb, int chunk, StepState* state) {
   const auto start = Clock::now();
-  MicroBatch& micro = state->micro[mb];
+  MicroBatch& micro = Micro(state, mb, chunk);
   const ForwardOptions options = MicroBatchOptions(state->step, mb);
   const bool keep = !config_.spec().rematerialize();
   if (two_bw_) {
@@ -673,9 +747,9 @@ absl::Status StageExecutor::Forward(int mb, StepState* state) {
     stash_->Pin(micro.version);
     RETURN_IF_ERROR(weights.Use(micro.version, weight_version_.load()));
   }
-  ASSIGN_OR_RETURN(
-      micro.output,
-      model_->Forward(micro.input, options, keep ? &micro.contexts : nullptr));
+  ASSIGN_OR_RETURN(micro.output,
+                   models_[chunk]->Forward(micro.input, options,
+                                           keep ? &micro.contexts : nullptr));
   counters_.Hold(ContextBytes(micro.contexts) + micro.output.bytes());
   const double seconds = SecondsSince(start);
   counters_.forward_seconds += seconds;
@@ -693,12 +767,16 @@ absl::Status StageExecutor::SendTo(const std::shared_ptr<StageLink>& link,
   return link->Send(std::move(message));
 }
 
-absl::Status StageExecutor::SendActivation(int mb, StepState* state) {
-  MicroBatch& micro = state->micro[mb];
+absl::Status StageExecutor::SendActivation(int mb, int chunk,
+                                           StepState* state) {
+  MicroBatch& micro = Micro(state, mb, chunk);
   StageMessage msg;
   msg.kind = MessageKind::kActivation;
   msg.step = state->step;
   msg.micro_batch = mb;
+  // Virtual stage j's successor j + 1: the same chunk on the next worker,
+  // or (wrapping from the last worker to worker 0) the next chunk.
+  msg.chunk = is_last() ? chunk + 1 : chunk;
   msg.weight_version = micro.version;  // what vertical sync propagates
   msg.value = state->last_of_run ? 1.0 : 0.0;
   ASSIGN_OR_RETURN(Tensor wire, ToWire(micro.output));
@@ -708,9 +786,9 @@ absl::Status StageExecutor::SendActivation(int mb, StepState* state) {
   return SendTo(downstream(), std::move(msg));
 }
 
-absl::Status StageExecutor::Loss(int mb, StepState* state) {
+absl::Status StageExecutor::Loss(int mb, int chunk, StepState* state) {
   const auto start = Clock::now();
-  MicroBatch& micro = state->micro[mb];
+  MicroBatch& micro = Micro(state, mb, chunk);
   ASSIGN_OR_RETURN(Tensor labels, ToDevice(backend_, micro.labels));
   LayerContext ctx;
   ASSIGN_OR_RETURN(LossStats stats, loss_->Forward(micro.output, labels, &ctx));
@@ -719,7 +797,7 @@ absl::Status StageExecutor::Loss(int mb, StepState* state) {
   // micro-batch when every micro-batch is its own update).
   const int64_t rows = per_micro_batch_update_
                            ? labels.numel()
-                           : labels.numel() * state->micro.size();
+                           : labels.numel() * params_.micro_batches;
   const float scale = 1.0f / static_cast<float>(rows);
   ASSIGN_OR_RETURN(micro.grad_output, loss_->Backward(scale, &ctx));
   counters_.held_bytes -= micro.output.bytes();
@@ -728,22 +806,25 @@ absl::Status StageExecutor::Loss(int mb, StepState* state) {
   return absl::OkStatus();
 }
 
-absl::Status StageExecutor::ReceiveGradient(int mb, StepState* state) {
+absl::Status StageExecutor::ReceiveGradient(int mb, int chunk,
+                                            StepState* state) {
   ASSIGN_OR_RETURN(StageMessage msg,
-                   Receive(MessageKind::kGradient, state->step, mb));
-  ASSIGN_OR_RETURN(state->micro[mb].grad_output, FromWire(msg.tensors.at(0)));
+                   Receive(MessageKind::kGradient, state->step, mb, chunk));
+  ASSIGN_OR_RETURN(Micro(state, mb, chunk).grad_output,
+                   FromWire(msg.tensors.at(0)));
   return absl::OkStatus();
 }
 
-absl::Status StageExecutor::Recompute(int mb, const ForwardOptions& options,
+absl::Status StageExecutor::Recompute(int mb, int chunk,
+                                      const ForwardOptions& options,
                                       StepState* state) {
   if (!config_.spec().rematerialize()) return absl::OkStatus();
   // Re-materialization: recompute this micro-batch's forward from the
   // stage input it kept, just before its backward.
   const auto start = Clock::now();
-  MicroBatch& micro = state->micro[mb];
+  MicroBatch& micro = Micro(state, mb, chunk);
   RETURN_IF_ERROR(
-      model_->Forward(micro.input, options, &micro.contexts).status());
+      models_[chunk]->Forward(micro.input, options, &micro.contexts).status());
   counters_.Hold(ContextBytes(micro.contexts));
   const double seconds = SecondsSince(start);
   counters_.forward_seconds += seconds;
@@ -751,19 +832,20 @@ absl::Status StageExecutor::Recompute(int mb, const ForwardOptions& options,
   return absl::OkStatus();
 }
 
-absl::Status StageExecutor::Backward(int mb, StepState* state) {
-  MicroBatch& micro = state->micro[mb];
+absl::Status StageExecutor::Backward(int mb, int chunk, StepState* state) {
+  MicroBatch& micro = Micro(state, mb, chunk);
   const ForwardOptions options = MicroBatchOptions(state->step, mb);
   // Weight stashing: recompute and backward with the forward's weights.
   StashedWeights weights(stash_.get());
   if (stash_ != nullptr) {
     RETURN_IF_ERROR(weights.Use(micro.version, weight_version_.load()));
   }
-  RETURN_IF_ERROR(Recompute(mb, options, state));
+  RETURN_IF_ERROR(Recompute(mb, chunk, options, state));
   const auto start = Clock::now();
-  ASSIGN_OR_RETURN(micro.grad_input,
-                   model_->Backward(micro.grad_output, options, &micro.contexts,
-                                    !is_first()));
+  ASSIGN_OR_RETURN(
+      micro.grad_input,
+      models_[chunk]->Backward(micro.grad_output, options, &micro.contexts,
+                               !IsFirstVirtual(chunk)));
   counters_.held_bytes -= ContextBytes(micro.contexts) + micro.input.bytes();
   micro.contexts.clear();
   micro.input = Tensor();
@@ -780,15 +862,16 @@ absl::Status StageExecutor::Backward(int mb, StepState* state) {
   return absl::OkStatus();
 }
 
-absl::Status StageExecutor::BackwardInput(int mb, StepState* state) {
-  MicroBatch& micro = state->micro[mb];
+absl::Status StageExecutor::BackwardInput(int mb, int chunk, StepState* state) {
+  MicroBatch& micro = Micro(state, mb, chunk);
   const ForwardOptions options = MicroBatchOptions(state->step, mb);
-  RETURN_IF_ERROR(Recompute(mb, options, state));
+  RETURN_IF_ERROR(Recompute(mb, chunk, options, state));
   const auto start = Clock::now();
   const int64_t forward_bytes = ContextBytes(micro.contexts);
-  ASSIGN_OR_RETURN(micro.grad_input,
-                   model_->BackwardInput(micro.grad_output, options,
-                                         &micro.contexts, !is_first()));
+  ASSIGN_OR_RETURN(
+      micro.grad_input,
+      models_[chunk]->BackwardInput(micro.grad_output, options, &micro.contexts,
+                                    !IsFirstVirtual(chunk)));
   // B drops the activations W does not need and keeps (e.g.) each linear
   // layer's input and output gradient until W.
   counters_.held_bytes -= forward_bytes + micro.input.bytes();
@@ -801,12 +884,13 @@ absl::Status StageExecutor::BackwardInput(int mb, StepState* state) {
   return absl::OkStatus();
 }
 
-absl::Status StageExecutor::BackwardWeight(int mb, StepState* state) {
-  MicroBatch& micro = state->micro[mb];
+absl::Status StageExecutor::BackwardWeight(int mb, int chunk,
+                                           StepState* state) {
+  MicroBatch& micro = Micro(state, mb, chunk);
   const auto start = Clock::now();
   const int64_t held = ContextBytes(micro.contexts);
-  RETURN_IF_ERROR(model_->BackwardWeight(MicroBatchOptions(state->step, mb),
-                                         &micro.contexts));
+  RETURN_IF_ERROR(models_[chunk]->BackwardWeight(
+      MicroBatchOptions(state->step, mb), &micro.contexts));
   counters_.held_bytes -= held;
   micro.contexts.clear();
   const double seconds = SecondsSince(start);
@@ -817,12 +901,15 @@ absl::Status StageExecutor::BackwardWeight(int mb, StepState* state) {
   return absl::OkStatus();
 }
 
-absl::Status StageExecutor::SendGradient(int mb, StepState* state) {
-  MicroBatch& micro = state->micro[mb];
+absl::Status StageExecutor::SendGradient(int mb, int chunk, StepState* state) {
+  MicroBatch& micro = Micro(state, mb, chunk);
   StageMessage msg;
   msg.kind = MessageKind::kGradient;
   msg.step = state->step;
   msg.micro_batch = mb;
+  // Virtual stage j's predecessor j - 1 (wrapping from worker 0 to the
+  // last worker's previous chunk).
+  msg.chunk = is_first() ? chunk - 1 : chunk;
   msg.weight_version = weight_version_.load();
   ASSIGN_OR_RETURN(Tensor wire, ToWire(micro.grad_input));
   msg.tensors = {wire};
@@ -836,7 +923,7 @@ absl::StatusOr<double> StageExecutor::GlobalSumSquares(double local,
   double partial = local;
   if (!is_last()) {
     ASSIGN_OR_RETURN(StageMessage msg,
-                     Receive(MessageKind::kNormPartial, step, 0));
+                     Receive(MessageKind::kNormPartial, step, 0, 0));
     partial += msg.value;
   }
   if (!is_first()) {
@@ -849,7 +936,7 @@ absl::StatusOr<double> StageExecutor::GlobalSumSquares(double local,
   double total = partial;
   if (!is_first()) {
     ASSIGN_OR_RETURN(StageMessage msg,
-                     Receive(MessageKind::kNormTotal, step, 0));
+                     Receive(MessageKind::kNormTotal, step, 0, 0));
     total = msg.value;
   }
   if (!is_last()) {
@@ -867,7 +954,7 @@ absl::Status StageExecutor::OptimizerStep(StepState* state) {
   float scale = 1.0f;
   const float clip = optimizer_->clip_grad_norm();
   if (clip > 0) {
-    ASSIGN_OR_RETURN(double local, GradSumSquares(backend_, model_->params()));
+    ASSIGN_OR_RETURN(double local, GradSumSquares(backend_, all_params_));
     ASSIGN_OR_RETURN(double total, GlobalSumSquares(local, state->step));
     scale = ClipScale(total, clip);
   }
@@ -876,7 +963,7 @@ absl::Status StageExecutor::OptimizerStep(StepState* state) {
     if (two_bw_) stash_->SetFloor(weight_version_.load());
     RETURN_IF_ERROR(stash_->BeforeUpdate(weight_version_.load()));
   }
-  RETURN_IF_ERROR(optimizer_->Step(model_->params(), scale));
+  RETURN_IF_ERROR(optimizer_->Step(all_params_, scale));
   ++weight_version_;
   const double seconds = SecondsSince(start);
   counters_.optimizer_seconds += seconds;
@@ -916,15 +1003,17 @@ StageTimings StageExecutor::timings() const {
 
 absl::StatusOr<v1::GetWeightsResponse> StageExecutor::Weights() {
   std::lock_guard<std::mutex> compute(compute_mu_);
-  ASSIGN_OR_RETURN(std::vector<Tensor> host, model_->ParamsToHost());
   v1::GetWeightsResponse out;
   out.set_weight_version(weight_version_.load());
-  for (size_t i = 0; i < host.size(); ++i) {
-    v1::TensorProto* t = out.add_weights();
-    t->set_name(model_->params()[i]->name);
-    t->set_dtype(v1::DTYPE_F32);
-    for (int64_t d : host[i].shape()) t->add_shape(d);
-    t->set_data(host[i].raw(), host[i].bytes());
+  for (const std::unique_ptr<Model>& model : models_) {
+    ASSIGN_OR_RETURN(std::vector<Tensor> host, model->ParamsToHost());
+    for (size_t i = 0; i < host.size(); ++i) {
+      v1::TensorProto* t = out.add_weights();
+      t->set_name(model->params()[i]->name);
+      t->set_dtype(v1::DTYPE_F32);
+      for (int64_t d : host[i].shape()) t->add_shape(d);
+      t->set_data(host[i].raw(), host[i].bytes());
+    }
   }
   return out;
 }

@@ -12,7 +12,10 @@
 // state runs on across steps: a step's stream may run backwards (and
 // updates) of the previous step's micro-batches, which stay in flight
 // between RunSteps. They warm up in the first step of a Train run and cool
-// down in its last one. Not interleaved, which needs chunk-aware links.
+// down in its last one. And interleaved 1F1B: the stage holds v model chunks
+// (virtual stages c * K + stage, StageConfig::chunks), messages name the
+// receiver's chunk, and activations wrap from the last worker to worker 0
+// (whose upstream is then the last worker), gradients the other way.
 // Every executed instruction is recorded in a bounded pipeline trace (see
 // StageTrace).
 //
@@ -73,10 +76,18 @@ class StageExecutor {
   const v1::StageConfig& config() const { return config_; }
   bool is_first() const { return config_.stage() == 0; }
   bool is_last() const { return config_.stage() == config_.num_stages() - 1; }
+  // Model chunks (virtual stages) on this stage: v when interleaved, else 1.
+  int num_chunks() const { return static_cast<int>(models_.size()); }
+  // Whether training needs a downstream link: every stage but the last, and
+  // with interleaving the last too (its wrap-around link to worker 0).
+  bool needs_downstream() const { return !is_last() || num_chunks() > 1; }
   Mailbox* mailbox() { return &mailbox_; }
 
   // Links to the neighbours. The first stage has no upstream, the last no
-  // downstream. A link may be replaced at any time (a neighbour reconnects).
+  // downstream, except when interleaved: then the last stage's downstream
+  // and the first's upstream are the wrap-around link between them (a
+  // single stage links to itself). A link may be replaced at any time (a
+  // neighbour reconnects).
   void SetDownstream(std::shared_ptr<StageLink> link);
   void SetUpstream(std::shared_ptr<StageLink> link);
   // Drops the upstream link if it is still `link`.
@@ -112,9 +123,14 @@ class StageExecutor {
   absl::StatusOr<v1::GetWeightsResponse> Weights();
   int64_t next_step() const { return next_step_.load(); }
   StageTimings timings() const;
-  int64_t num_parameters() const { return model_->num_parameters(); }
-  const Shape& input_shape() const { return model_->input_shape(); }
-  const Shape& output_shape() const { return model_->output_shape(); }
+  int64_t num_parameters() const {
+    int64_t n = 0;
+    for (const auto& model : models_) n += model->num_parameters();
+    return n;
+  }
+  // Of the first chunk's input and the last chunk's output.
+  const Shape& input_shape() const { return models_.front()->input_shape(); }
+  const Shape& output_shape() const { return models_.back()->output_shape(); }
   // Stage 0 only (0 elsewhere).
   int64_t steps_per_epoch() const {
     return order_ == nullptr ? 0 : order_->steps_per_epoch();
@@ -162,26 +178,37 @@ class StageExecutor {
   // Stage 0: the mini-batch of `step`, read ahead on a helper thread while
   // the previous step computes.
   absl::StatusOr<Batch> TakeBatch(int64_t step);
-  absl::Status ReceiveActivation(int mb, StepState* state);
-  absl::Status Forward(int mb, StepState* state);
-  absl::Status SendActivation(int mb, StepState* state);
-  absl::Status Loss(int mb, StepState* state);
-  absl::Status ReceiveGradient(int mb, StepState* state);
-  absl::Status Backward(int mb, StepState* state);
+  // The instructions on micro-batch mb of model chunk `chunk`.
+  absl::Status ReceiveActivation(int mb, int chunk, StepState* state);
+  absl::Status Forward(int mb, int chunk, StepState* state);
+  absl::Status SendActivation(int mb, int chunk, StepState* state);
+  absl::Status Loss(int mb, int chunk, StepState* state);
+  absl::Status ReceiveGradient(int mb, int chunk, StepState* state);
+  absl::Status Backward(int mb, int chunk, StepState* state);
   // Zero-bubble halves of Backward: B keeps in the micro-batch's contexts
   // only what W needs; W frees them.
-  absl::Status BackwardInput(int mb, StepState* state);
-  absl::Status BackwardWeight(int mb, StepState* state);
+  absl::Status BackwardInput(int mb, int chunk, StepState* state);
+  absl::Status BackwardWeight(int mb, int chunk, StepState* state);
   // Re-materialization (when configured): recomputes micro-batch mb's
   // forward contexts from the stage input it kept.
-  absl::Status Recompute(int mb, const ForwardOptions& options,
+  absl::Status Recompute(int mb, int chunk, const ForwardOptions& options,
                          StepState* state);
   // Micro-batch mb's forward options (dropout seed) in the current step.
   ForwardOptions MicroBatchOptions(int64_t step, int mb) const;
-  absl::Status SendGradient(int mb, StepState* state);
+  absl::Status SendGradient(int mb, int chunk, StepState* state);
   absl::Status OptimizerStep(StepState* state);
   absl::StatusOr<double> GlobalSumSquares(double local, int64_t step);
-  absl::StatusOr<StageMessage> Receive(MessageKind kind, int64_t step, int mb);
+  absl::StatusOr<StageMessage> Receive(MessageKind kind, int64_t step, int mb,
+                                       int chunk);
+  // The state of micro-batch mb in model chunk `chunk`.
+  MicroBatch& Micro(StepState* state, int mb, int chunk);
+  // Virtual stage 0 (loads the data) and the last one (computes the loss).
+  bool IsFirstVirtual(int chunk) const { return is_first() && chunk == 0; }
+  bool IsLastVirtual(int chunk) const {
+    return is_last() && chunk == num_chunks() - 1;
+  }
+  // Creation: config.initial_weights, chunk after chunk.
+  absl::Status LoadInitialWeights(const std::vector<Tensor>& weights);
   absl::Status SendTo(const std::shared_ptr<StageLink>& link,
                       StageMessage message);
   std::shared_ptr<StageLink> downstream() const;
@@ -211,7 +238,10 @@ class StageExecutor {
 
   // Owned by the training thread while a step runs (compute_mu_ held).
   std::mutex compute_mu_;
-  std::unique_ptr<Model> model_;
+  // One model per chunk, in chunk order; all_params_ is their parameters
+  // in the same order (what the optimizer steps).
+  std::vector<std::unique_ptr<Model>> models_;
+  std::vector<Param*> all_params_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<SoftmaxCrossEntropyLoss> loss_;
   // Cross-step schedules only.
@@ -240,6 +270,12 @@ class StageExecutor {
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
   StageTimings timings_ ABSL_GUARDED_BY(mu_);
   std::thread thread_ ABSL_GUARDED_BY(mu_);
+};
+
+// Layers [begin, end) of a model: one chunk of a stage.
+struct LayerSpan {
+  int begin = 0;
+  int end = 0;
 };
 
 // Sum of the bytes of every tensor a forward context keeps alive.

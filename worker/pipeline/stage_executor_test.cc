@@ -218,6 +218,172 @@ TEST(StageExecutor, ZeroBubbleTrainsATransformerLikeTheReference) {
   }
 }
 
+// Interleaved 1F1B: the model is cut at `cuts` into K * v virtual stages;
+// worker s holds chunks c = 0..v-1, virtual stage c * K + s. Each worker's
+// downstream is the next worker (the last one's wraps to worker 0), its
+// upstream the previous one (worker 0's is the last); K = 1 links to itself.
+Pipeline BuildInterleaved(const v1::TrainingSpec& spec, int k, int v,
+                          const std::vector<int>& cuts,
+                          bool with_links = true) {
+  Pipeline p;
+  std::vector<int> bounds = {0};
+  bounds.insert(bounds.end(), cuts.begin(), cuts.end());
+  bounds.push_back(spec.model().layers_size());
+  EXPECT_EQ(static_cast<int>(bounds.size()) - 1, k * v);
+  for (int s = 0; s < k; ++s) {
+    v1::StageConfig config;
+    config.set_job_id("job");
+    *config.mutable_spec() = spec;
+    config.set_stage(s);
+    config.set_num_stages(k);
+    config.set_schedule(v1::SCHEDULE_INTERLEAVED);
+    config.set_virtual_stages(v);
+    for (int c = 0; c < v; ++c) {
+      v1::LayerRange* range = config.add_chunks();
+      range->set_begin(bounds[c * k + s]);
+      range->set_end(bounds[c * k + s + 1]);
+    }
+    config.set_downstream("in-memory");
+    config.set_recv_timeout_s(30);
+    p.backends.push_back(CreateCpuBackend(1));
+    auto stage = StageExecutor::Create(config, p.backends.back().get());
+    EXPECT_TRUE(stage.ok()) << stage.status();
+    if (!stage.ok()) return p;
+    p.stages.push_back(std::move(*stage));
+  }
+  if (!with_links) return p;
+  for (int s = 0; s < k; ++s) {
+    StageExecutor* next = p.stages[(s + 1) % k].get();
+    p.stages[s]->SetDownstream(std::make_shared<InMemoryLink>(next));
+    next->SetUpstream(std::make_shared<InMemoryLink>(p.stages[s].get()));
+  }
+  return p;
+}
+
+void ExpectInterleavedMatchesReference(const v1::TrainingSpec& spec, int k,
+                                       int v, const std::vector<int>& cuts) {
+  auto backend = CreateCpuBackend(1);
+  auto reference = LocalTrainer::Create(spec, backend.get());
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  std::vector<double> want_losses;
+  for (int i = 0; i < spec.steps(); ++i) {
+    auto r = (*reference)->Step();
+    ASSERT_TRUE(r.ok());
+    want_losses.push_back(r->loss);
+  }
+  auto want_host = (*reference)->model()->ParamsToHost();
+  ASSERT_TRUE(want_host.ok());
+  std::map<std::string, std::vector<float>> want_weights;
+  for (size_t i = 0; i < want_host->size(); ++i) {
+    want_weights[(*reference)->model()->params()[i]->name] =
+        (*want_host)[i].ToVector();
+  }
+
+  Pipeline p = BuildInterleaved(spec, k, v, cuts);
+  ASSERT_EQ(static_cast<int>(p.stages.size()), k);
+  for (auto& stage : p.stages) ASSERT_TRUE(stage->Train(spec.steps()).ok());
+  for (auto& stage : p.stages) ASSERT_TRUE(stage->Wait().ok()) << stage->Wait();
+  const auto status = p.stages.back()->GetStatus(0);
+  ASSERT_EQ(status.results_size(), spec.steps());
+  for (int i = 0; i < spec.steps(); ++i) {
+    EXPECT_NEAR(status.results(i).loss(), want_losses[i], 1e-5 * want_losses[i])
+        << "step " << i;
+  }
+  size_t seen = 0;
+  for (auto& stage : p.stages) {
+    auto weights = stage->Weights();
+    ASSERT_TRUE(weights.ok());
+    EXPECT_EQ(weights->weight_version(), spec.steps());
+    for (const auto& t : weights->weights()) {
+      auto it = want_weights.find(t.name());
+      ASSERT_NE(it, want_weights.end()) << t.name();
+      ++seen;
+      const std::vector<float>& want = it->second;
+      ASSERT_EQ(t.data().size(), want.size() * sizeof(float)) << t.name();
+      const float* got = reinterpret_cast<const float*>(t.data().data());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5 * std::max(1.0f, std::fabs(want[i])))
+            << t.name() << "[" << i << "]";
+      }
+    }
+  }
+  EXPECT_EQ(seen, want_weights.size());
+}
+
+// The spec's 7 layers cut into K * v chunks: virtual stage j = c * K + s.
+TEST(StageExecutor, InterleavedMatchesTheReference) {
+  for (bool remat : {false, true}) {
+    for (int64_t m : {4, 8}) {
+      SCOPED_TRACE(::testing::Message() << "M=" << m << " remat=" << remat);
+      ExpectInterleavedMatchesReference(Spec(m, remat), 1, 2, {3});
+      ExpectInterleavedMatchesReference(Spec(m, remat), 2, 2, {2, 4, 5});
+      ExpectInterleavedMatchesReference(Spec(m, remat), 2, 3, {1, 2, 3, 4, 5});
+    }
+    // K = 3 needs M divisible by 3: 48 samples in 3 or 6 micro-batches.
+    for (int64_t m : {3, 6}) {
+      SCOPED_TRACE(::testing::Message() << "K=3 M=" << m << " remat=" << remat);
+      v1::TrainingSpec spec = Spec(m, remat);
+      spec.set_batch_size(48);
+      ExpectInterleavedMatchesReference(spec, 3, 2, {1, 2, 3, 4, 5});
+    }
+  }
+}
+
+TEST(StageExecutor, InterleavedConfigsAndMessagesAreChecked) {
+  Pipeline p = BuildInterleaved(Spec(4, false), 2, 2, {2, 4, 5},
+                                /*with_links=*/false);
+  ASSERT_EQ(p.stages.size(), 2u);
+  // Worker 1 (chunks [2, 4) and [5, 7)) must have its wrap-around link.
+  EXPECT_EQ(p.stages[1]->Train(1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  v1::StageConfig config = p.stages[1]->config();
+  auto backend = CreateCpuBackend(1);
+  config.clear_downstream();
+  EXPECT_EQ(StageExecutor::Create(config, backend.get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  config = p.stages[1]->config();
+  config.set_virtual_stages(3);
+  EXPECT_EQ(StageExecutor::Create(config, backend.get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  config = p.stages[1]->config();
+  config.mutable_chunks(1)->set_end(5);  // empty
+  EXPECT_EQ(StageExecutor::Create(config, backend.get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  config = p.stages[0]->config();
+  config.set_schedule(v1::SCHEDULE_1F1B_FLUSH);
+  EXPECT_EQ(StageExecutor::Create(config, backend.get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Worker 0's chunk 1 ([4, 5), after layer norm) takes [8, 32] activations
+  // from worker 1's chunk 0; its chunk 0 takes none.
+  StageMessage good;
+  good.kind = MessageKind::kActivation;
+  good.chunk = 1;
+  good.tensors = {Tensor::Host({8, 32}), Tensor::Host({8})};
+  EXPECT_TRUE(p.stages[0]->ValidateIncoming(good).ok())
+      << p.stages[0]->ValidateIncoming(good);
+  StageMessage bad = good;
+  bad.chunk = 0;
+  EXPECT_EQ(p.stages[0]->ValidateIncoming(bad).code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = good;
+  bad.chunk = 2;
+  EXPECT_EQ(p.stages[0]->ValidateIncoming(bad).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Worker 1's chunk 0 ([2, 4)) takes the gradient of its [8, 32] output;
+  // its chunk 1 (the loss) takes none.
+  StageMessage grad;
+  grad.kind = MessageKind::kGradient;
+  grad.chunk = 0;
+  grad.tensors = {Tensor::Host({8, 32})};
+  EXPECT_TRUE(p.stages[1]->ValidateIncoming(grad).ok())
+      << p.stages[1]->ValidateIncoming(grad);
+  grad.chunk = 1;
+  grad.tensors = {Tensor::Host({8, 4})};
+  EXPECT_EQ(p.stages[1]->ValidateIncoming(grad).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(StageExecutor, RematerializationHoldsLessActivationMemory) {
   int64_t peak[2];
   for (bool remat : {false, true}) {
