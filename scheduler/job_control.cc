@@ -29,6 +29,39 @@ double OptimizerStateFactor(const v1::OptimizerSpec& o) {
   return o.has_sgd() && o.sgd().momentum() != 0 ? 1.0 : 0.0;
 }
 
+// Interleaving: the stage count K for `workers` idle workers (the largest
+// that divides M and leaves every one of the K * v chunks a layer).
+int InterleavedStageCount(const v1::JobSpec& spec, int workers, int v) {
+  if (spec.num_stages() > 0) return spec.num_stages();
+  const int64_t m = std::max<int64_t>(1, spec.training().micro_batches());
+  const int layers = spec.training().model().layers_size();
+  for (int k = std::min(workers, layers / v); k > 1; --k) {
+    if (m % k == 0) return k;
+  }
+  return 1;
+}
+
+// Cuts `layers` into `chunks` contiguous non-empty ranges of about equal
+// compute, as boundaries b[0] = 0 < ... < b[chunks] = layers.
+std::vector<int> BalancedCuts(const std::vector<LayerCost>& layers,
+                              int chunks) {
+  const int n = static_cast<int>(layers.size());
+  std::vector<double> prefix(n + 1, 0.0);
+  for (int i = 0; i < n; ++i) {
+    prefix[i + 1] =
+        prefix[i] + layers[i].forward_seconds + layers[i].backward_seconds;
+  }
+  std::vector<int> cuts = {0};
+  for (int j = 1; j < chunks; ++j) {
+    const double target = prefix[n] * j / chunks;
+    int b = cuts.back() + 1;
+    while (b < n - (chunks - j) && prefix[b] < target) ++b;
+    cuts.push_back(b);
+  }
+  cuts.push_back(n);
+  return cuts;
+}
+
 }  // namespace
 
 void SchedulerCore::Loop() {
@@ -174,6 +207,15 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanJob(
   request.micro_batches =
       static_cast<int>(std::max<int64_t>(1, training.micro_batches()));
   request.num_stages = job.spec().num_stages();
+  const bool interleaved = job.spec().schedule() == v1::SCHEDULE_INTERLEAVED;
+  const int v = std::max(2, job.spec().virtual_stages());
+  if (interleaved) {
+    // The planner picks the workers and their order for K stages; the
+    // layers are then cut into K * v chunks of equal compute, chunk j on
+    // worker j mod K.
+    request.num_stages =
+        InterleavedStageCount(job.spec(), static_cast<int>(workers.size()), v);
+  }
   request.memory = MemoryFor(job.spec());
   request.optimizer_state_factor = OptimizerStateFactor(training.optimizer());
   ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(request));
@@ -195,6 +237,23 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanJob(
     p->set_transfer_seconds(a.transfer_seconds);
     p->set_memory_bytes(a.memory_bytes);
     p->set_memory_limit_bytes(workers[a.worker].memory_bytes());
+  }
+  if (interleaved) {
+    const std::vector<int> cuts = BalancedCuts(request.layers, k * v);
+    for (int s = 0; s < k; ++s) {
+      v1::PlannedStage* p = out.mutable_stages(s);
+      for (int c = 0; c < v; ++c) {
+        v1::LayerRange* range = p->add_chunks();
+        range->set_begin(cuts[c * k + s]);
+        range->set_end(cuts[c * k + s + 1]);
+      }
+      p->set_layer_begin(p->chunks(0).begin());
+      p->set_layer_end(p->chunks(v - 1).end());
+    }
+    std::string chunks = absl::StrCat("interleaved: ", k * v,
+                                      " chunks of equal compute at layers");
+    for (int c : cuts) absl::StrAppend(&chunks, " ", c);
+    plan.explanation += chunks + "\n";
   }
   out.set_bottleneck_seconds(plan.bottleneck_seconds);
   out.set_bottleneck_stage(plan.bottleneck_stage);
@@ -230,6 +289,13 @@ absl::Status SchedulerCore::LaunchStages(const std::string& job_id,
     config.set_layer_begin(plan.stages(s).layer_begin());
     config.set_layer_end(plan.stages(s).layer_end());
     if (s + 1 < k) config.set_downstream(plan.stages(s + 1).worker_address());
+    if (plan.stages(s).chunks_size() > 0) {
+      // Interleaved: chunk c of worker s feeds chunk c (or c + 1, from the
+      // last worker) of the next worker, so the last one links to the first.
+      config.set_virtual_stages(plan.stages(s).chunks_size());
+      *config.mutable_chunks() = plan.stages(s).chunks();
+      config.set_downstream(plan.stages((s + 1) % k).worker_address());
+    }
     config.set_schedule(spec.schedule());
     config.set_wire_dtype(spec.wire_dtype());
     config.set_recv_timeout_s(options_.stage_recv_timeout_seconds);

@@ -302,10 +302,24 @@ absl::StatusOr<v1::Job> SchedulerCore::SubmitJob(
         "spec.vertical_sync: only applies to SCHEDULE_ASYNC_1F1B");
   }
   if (spec.schedule() == v1::SCHEDULE_INTERLEAVED) {
+    const int v = spec.virtual_stages() > 0 ? spec.virtual_stages() : 2;
+    const int k = spec.num_stages();
+    const int64_t m = std::max<int64_t>(1, spec.training().micro_batches());
+    if (v < 2) {
+      return absl::InvalidArgumentError(
+          "spec.virtual_stages: interleaving needs at least 2 chunks per "
+          "worker");
+    }
+    if (k > 0 &&
+        (m % k != 0 || spec.training().model().layers_size() < k * v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.num_stages: interleaving ", k, " workers x ", v,
+                       " chunks needs micro_batches divisible by ", k,
+                       " and at least ", k * v, " layers"));
+    }
+  } else if (spec.virtual_stages() > 1) {
     return absl::InvalidArgumentError(
-        "spec.schedule: SCHEDULE_INTERLEAVED is not supported by the stage "
-        "executor yet (use SCHEDULE_GPIPE, SCHEDULE_1F1B_FLUSH or "
-        "SCHEDULE_ZB_H1)");
+        "spec.virtual_stages: only applies to SCHEDULE_INTERLEAVED");
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto entry = std::make_unique<JobEntry>();

@@ -177,6 +177,34 @@ TEST_F(SchedulerTest, JobsSubmittedOverRestAndGrpcCompleteLikeTheReference) {
   EXPECT_TRUE(WaitForWorkers(3, v1::WORKER_STATE_IDLE, 5));
 }
 
+TEST_F(SchedulerTest, InterleavedJobsMatchTheReference) {
+  const v1::TrainingSpec spec = MlpSpec(8);
+  double ref_loss = 0;
+  EvalReport ref_eval;
+  Reference(spec, &ref_loss, &ref_eval);
+  v1::SubmitJobRequest q;
+  *q.mutable_spec()->mutable_training() = spec;
+  q.mutable_spec()->set_num_stages(2);
+  q.mutable_spec()->set_schedule(v1::SCHEDULE_INTERLEAVED);
+  q.mutable_spec()->set_virtual_stages(2);
+  v1::Job job;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(scheduler_.stub->SubmitJob(&ctx, q, &job).ok());
+  }
+  const v1::Job done = WaitForState(job.id(), v1::JOB_STATE_COMPLETED);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_COMPLETED) << done.error();
+  EXPECT_NEAR(done.loss(), ref_loss, 1e-5 * ref_loss);
+  grpc::ClientContext ctx;
+  v1::GetPlanRequest pq;
+  pq.set_job_id(job.id());
+  v1::Plan plan;
+  ASSERT_TRUE(scheduler_.stub->GetPlan(&ctx, pq, &plan).ok());
+  ASSERT_EQ(plan.stages_size(), 2);
+  EXPECT_EQ(plan.stages(0).chunks_size(), 2);
+  EXPECT_EQ(plan.stages(1).chunks_size(), 2);
+}
+
 TEST_F(SchedulerTest, PauseHoldsTheStepAndResumeFinishes) {
   v1::SubmitJobRequest q;
   *q.mutable_spec()->mutable_training() = MlpSpec(400);
