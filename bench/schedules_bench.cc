@@ -24,6 +24,8 @@ struct Case {
   const char* name;
   v1::TrainingSpec spec;
   std::vector<int> cuts;
+  // Interleaved: cuts into K * 2 chunks (empty: the model is too short).
+  std::vector<int> chunk_cuts;
 };
 
 v1::TrainingSpec MlpSpec() {
@@ -65,14 +67,14 @@ int Main() {
     }
     workers.push_back(std::move(*w));
   }
-  const std::vector<Case> cases = {{"mlp", MlpSpec(), {3}},
-                                   {"lm", LmSpec(), {2, 3}}};
+  // The MLP's 7 layers make 4 chunks for K = 2, v = 2; the LM's 5 layers
+  // are too few for K = 3, v = 2.
+  const std::vector<Case> cases = {{"mlp", MlpSpec(), {3}, {1, 3, 5}},
+                                   {"lm", LmSpec(), {2, 3}, {}}};
   const std::vector<std::pair<const char*, v1::ScheduleKindProto>> kinds = {
-      {"gpipe", v1::SCHEDULE_GPIPE},
-      {"1f1b-flush", v1::SCHEDULE_1F1B_FLUSH},
-      {"zb-h1", v1::SCHEDULE_ZB_H1},
-      {"1f1b-async", v1::SCHEDULE_ASYNC_1F1B},
-      {"2bw", v1::SCHEDULE_2BW}};
+      {"gpipe", v1::SCHEDULE_GPIPE}, {"1f1b-flush", v1::SCHEDULE_1F1B_FLUSH},
+      {"zb-h1", v1::SCHEDULE_ZB_H1}, {"1f1b-async", v1::SCHEDULE_ASYNC_1F1B},
+      {"2bw", v1::SCHEDULE_2BW},     {"interleaved", v1::SCHEDULE_INTERLEAVED}};
   std::string json = "{\"bench\":\"schedules\"";
   int job = 0;
   for (const Case& c : cases) {
@@ -82,9 +84,17 @@ int Main() {
       testing::PipelineOptions options;
       options.schedule = kind;
       options.fetch_weights = false;
-      const testing::PipelineRun run =
-          testing::RunPipeline(workers, absl::StrFormat("%s-%d", c.name, ++job),
-                               c.spec, c.cuts, options);
+      const bool interleaved = kind == v1::SCHEDULE_INTERLEAVED;
+      if (interleaved && c.chunk_cuts.empty()) {
+        std::printf(
+            "%-4s K=%d interleaved: skipped (fewer layers than chunks)\n",
+            c.name, k);
+        continue;
+      }
+      if (interleaved) options.virtual_stages = 2;
+      const testing::PipelineRun run = testing::RunPipeline(
+          workers, absl::StrFormat("%s-%d", c.name, ++job), c.spec,
+          interleaved ? c.chunk_cuts : c.cuts, options);
       if (!run.status.ok()) {
         std::printf("%s %s: %s\n", c.name, name, run.status.ToString().c_str());
         continue;
@@ -96,6 +106,7 @@ int Main() {
       params.kind = *ParseScheduleKind(name);
       params.num_stages = k;
       params.micro_batches = static_cast<int>(c.spec.micro_batches());
+      if (interleaved) params.virtual_stages = 2;
       const double theory = TheoreticalBubble(params, SimCosts());
       std::printf(
           "%-4s K=%d M=%lld %-11s %8.1f samples/s (%.2fx GPipe); bubble theory "

@@ -45,6 +45,9 @@ class ModelSupport {
   virtual ~ModelSupport() = default;
   // InvalidArgument naming the field when the spec cannot train.
   virtual absl::Status Validate(const v1::TrainingSpec& spec) = 0;
+  // The idle fraction the job's schedule has in theory on `num_stages`
+  // stages with uniform costs (e.g. (K - 1) / (M + K - 1) for GPipe).
+  virtual double TheoreticalBubble(const v1::JobSpec& spec, int num_stages) = 0;
   // Loss and accuracy of a model with these weights (every stage's, in
   // layer order) on the spec's held-out split.
   virtual absl::StatusOr<v1::EvalResult> Evaluate(

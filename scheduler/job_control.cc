@@ -257,8 +257,12 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanJob(
   }
   out.set_bottleneck_seconds(plan.bottleneck_seconds);
   out.set_bottleneck_stage(plan.bottleneck_stage);
-  out.set_predicted_step_seconds(plan.predicted_step_seconds);
-  out.set_predicted_bubble(plan.predicted_bubble);
+  // The schedule sets the bubble: a step is M bottleneck micro-batches of
+  // work stretched by it (GPipe: (M + K - 1) * bottleneck).
+  const double bubble = model_->TheoreticalBubble(job.spec(), k);
+  out.set_predicted_bubble(bubble);
+  out.set_predicted_step_seconds(request.micro_batches *
+                                 plan.bottleneck_seconds / (1.0 - bubble));
   if (even.ok())
     out.set_even_split_bottleneck_seconds(even->bottleneck_seconds);
   out.set_explanation(absl::StrCat("profiled on ", workers[0].id(), " (",

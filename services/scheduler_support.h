@@ -45,6 +45,7 @@ class GrpcStageControl final : public StageControl {
 class CpuModelSupport final : public ModelSupport {
  public:
   absl::Status Validate(const v1::TrainingSpec& spec) override;
+  double TheoreticalBubble(const v1::JobSpec& spec, int num_stages) override;
   absl::StatusOr<v1::EvalResult> Evaluate(
       const v1::TrainingSpec& spec, const std::vector<v1::TensorProto>& weights,
       int64_t max_samples) override;
