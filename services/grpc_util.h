@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 
 namespace pipetrain {
@@ -24,6 +25,12 @@ std::shared_ptr<grpc::Channel> CreatePipetrainChannel(
     const std::string& target);
 // Applies the same limits and keepalive policy to a server.
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);
+
+// Builds and starts a server for `service` (borrowed) on `address` with the
+// shared settings and the standard grpc.health.v1 service; `port` receives
+// the bound port. Unavailable when the address is taken or invalid.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const std::string& address, grpc::Service* service, int* port);
 
 // A deadline `seconds` from now, for unary calls.
 std::chrono::system_clock::time_point DeadlineIn(double seconds);

@@ -108,19 +108,10 @@ absl::Status Run() {
   InstallRestGateway(http.get(), core.get(), &call_metrics);
 
   SchedulerServiceImpl service(core.get(), &call_metrics);
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  ConfigureServerBuilder(&builder);
   int grpc_port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           grpc::InsecureServerCredentials(), &grpc_port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || grpc_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ",
-                                               absl::GetFlag(FLAGS_listen),
-                                               " (address in use or invalid)"));
-  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<grpc::Server> server,
+      StartGrpcServer(absl::GetFlag(FLAGS_listen), &service, &grpc_port));
   RETURN_IF_ERROR(WritePortFile(absl::GetFlag(FLAGS_port_file),
                                 {{"grpc", grpc_port}, {"http", http->port()}}));
   PT_LOG(INFO) << "pipetrain-scheduler serving gRPC on port " << grpc_port

@@ -124,19 +124,10 @@ absl::Status Run() {
             {{DeviceName(memory_source->device())},
              static_cast<double>(memory_source->MemoryBytes())}};
       }));
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  ConfigureServerBuilder(&builder);
   int grpc_port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           grpc::InsecureServerCredentials(), &grpc_port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || grpc_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ",
-                                               absl::GetFlag(FLAGS_listen),
-                                               " (address in use or invalid)"));
-  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<grpc::Server> server,
+      StartGrpcServer(absl::GetFlag(FLAGS_listen), &service, &grpc_port));
   const int metrics_port = http != nullptr ? http->port() : -1;
   std::string host;
   int unused_port = 0;
