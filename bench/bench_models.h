@@ -1,10 +1,11 @@
-// The models the benchmarks share.
+// The models and measurements the benchmarks share.
 #ifndef PIPETRAIN_BENCH_BENCH_MODELS_H_
 #define PIPETRAIN_BENCH_BENCH_MODELS_H_
 
 #include <cstdint>
 
 #include "pipetrain/v1/job.pb.h"
+#include "pipetrain/v1/stage.pb.h"
 
 namespace pipetrain {
 
@@ -40,6 +41,20 @@ inline v1::TrainingSpec WideMlpJob(int64_t steps) {
   spec.set_steps(steps);
   spec.set_seed(1);
   return spec;
+}
+
+// Mean seconds of a stage's steps from `warmup_steps` on.
+inline double MeanStepSeconds(const v1::GetStatusResponse& status,
+                              int64_t warmup_steps) {
+  double sum = 0;
+  int n = 0;
+  for (const auto& r : status.results()) {
+    if (r.step() >= warmup_steps) {
+      sum += r.seconds();
+      ++n;
+    }
+  }
+  return n == 0 ? 0 : sum / n;
 }
 
 }  // namespace pipetrain

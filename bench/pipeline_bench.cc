@@ -32,19 +32,6 @@ v1::TrainingSpec Spec(bool remat) {
   return spec;
 }
 
-// Mean seconds of the measured (post-warm-up) steps.
-double MeanStepSeconds(const v1::GetStatusResponse& status) {
-  double sum = 0;
-  int n = 0;
-  for (const auto& r : status.results()) {
-    if (r.step() >= kWarmupSteps) {
-      sum += r.seconds();
-      ++n;
-    }
-  }
-  return n == 0 ? 0 : sum / n;
-}
-
 int Main() {
   // The in-process reference with two threads.
   double inprocess_step = 0;
@@ -86,7 +73,7 @@ int Main() {
     }
   }
   const testing::PipelineRun& run = runs[0];
-  const double pipeline_step = MeanStepSeconds(run.stages.back());
+  const double pipeline_step = MeanStepSeconds(run.stages.back(), kWarmupSteps);
 
   // What GPipe predicts from the stages' own measured times.
   ScheduleParams params;

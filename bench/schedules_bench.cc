@@ -45,18 +45,6 @@ v1::TrainingSpec LmSpec() {
   return spec;
 }
 
-double MeanStepSeconds(const v1::GetStatusResponse& status) {
-  double sum = 0;
-  int n = 0;
-  for (const auto& r : status.results()) {
-    if (r.step() >= kWarmupSteps) {
-      sum += r.seconds();
-      ++n;
-    }
-  }
-  return n == 0 ? 0 : sum / n;
-}
-
 int Main() {
   std::vector<testing::Worker> workers;
   for (int i = 0; i < 3; ++i) {
@@ -99,7 +87,7 @@ int Main() {
         std::printf("%s %s: %s\n", c.name, name, run.status.ToString().c_str());
         continue;
       }
-      const double step = MeanStepSeconds(run.stages.back());
+      const double step = MeanStepSeconds(run.stages.back(), kWarmupSteps);
       const double rate = c.spec.batch_size() / step;
       if (kind == v1::SCHEDULE_GPIPE) gpipe_rate = rate;
       ScheduleParams params;
