@@ -105,8 +105,8 @@ void SchedulerCore::Tick() {
         } else if (w->job_id() != id) {
           why = absl::StrCat("worker ", w->id(), " of stage ", s,
                              " no longer runs this job (it restarted)");
-        } else if (r.job_id() == id && r.state() == v1::STAGE_STATE_FAILED) {
-          why = absl::StrCat("stage ", s, " failed: ", r.error());
+        } else if (r.job_id() == id && r.status().state() == v1::STAGE_STATE_FAILED) {
+          why = absl::StrCat("stage ", s, " failed: ", r.status().error());
         }
         done = done && r.job_id() == id && r.state() == v1::STAGE_STATE_DONE &&
                r.next_step() >= e->job.total_steps();

@@ -202,7 +202,7 @@ void SchedulerCore::ApplyReport(const std::string& worker_id,
   const int k = e->plan.stages_size();
   const bool last = stage == k - 1;
   std::vector<v1::VersionEntry> ledger;
-  for (const v1::StepResult& r : report.results()) {
+  for (const v1::StepResult& r : report.status().results()) {
     v1::VersionEntry v;
     v.set_stage(stage);
     v.set_step(r.step());
@@ -224,25 +224,25 @@ void SchedulerCore::ApplyReport(const std::string& worker_id,
   }
   v1::StageReport& kept = e->reports[stage];
   kept = report;
-  kept.clear_results();
+  kept.mutable_status()->clear_results();
   // Progress: the slowest stage's step, the committed (minimum) version.
   int64_t step = INT64_MAX, committed = INT64_MAX;
   e->job.clear_stages();
   for (int s = 0; s < k; ++s) {
     const v1::StageReport& r = e->reports[s];
-    step = std::min(step, r.next_step());
-    committed = std::min(committed, r.weight_version());
+    step = std::min(step, r.status().next_step());
+    committed = std::min(committed, r.status().weight_version());
     v1::StageProgress* p = e->job.add_stages();
     p->set_stage(s);
     p->set_worker_id(e->plan.stages(s).worker_id());
-    p->set_next_step(r.next_step());
-    p->set_weight_version(r.weight_version());
+    p->set_next_step(r.status().next_step());
+    p->set_weight_version(r.status().weight_version());
     p->set_busy_fraction(
-        r.state() == v1::STAGE_STATE_RUNNING ? 1.0 - r.idle_fraction() : 0.0);
-    p->set_forward_seconds(r.forward_seconds());
-    p->set_backward_seconds(r.backward_seconds());
-    p->set_peak_activation_bytes(r.peak_activation_bytes());
-    p->set_stash_depth(r.stash_depth());
+        r.status().state() == v1::STAGE_STATE_RUNNING ? 1.0 - r.status().idle_fraction() : 0.0);
+    p->set_forward_seconds(r.status().forward_seconds());
+    p->set_backward_seconds(r.status().backward_seconds());
+    p->set_peak_activation_bytes(r.status().peak_activation_bytes());
+    p->set_stash_depth(r.status().stash_depth());
   }
   e->job.set_step(step);
   e->job.set_committed_version(committed);
@@ -376,8 +376,8 @@ absl::StatusOr<v1::GetVersionsResponse> SchedulerCore::GetVersions(
     ASSIGN_OR_RETURN(JobEntry * e, Find(r.job_id()));
     out.set_committed_version(e->job.committed_version());
     for (const auto& report : e->reports) {
-      out.add_stage_versions(report.weight_version());
-      out.add_stage_stash_depths(report.stash_depth());
+      out.add_stage_versions(report.status().weight_version());
+      out.add_stage_stash_depths(report.status().stash_depth());
     }
   }
   if (store_ != nullptr) {

@@ -48,17 +48,7 @@ std::optional<v1::StageReport> StageServiceImpl::Report(
   v1::StageReport report;
   report.set_job_id(executor->config().job_id());
   report.set_stage(executor->config().stage());
-  report.set_state(status.state());
-  report.set_next_step(status.next_step());
-  report.set_weight_version(status.weight_version());
-  *report.mutable_results() = std::move(*status.mutable_results());
-  report.set_error(status.error());
-  report.set_error_code(status.error_code());
-  report.set_forward_seconds(status.forward_seconds());
-  report.set_backward_seconds(status.backward_seconds());
-  report.set_idle_fraction(status.idle_fraction());
-  report.set_peak_activation_bytes(status.peak_activation_bytes());
-  report.set_stash_depth(status.stash_depth());
+  *report.mutable_status() = std::move(status);
   return report;
 }
 
