@@ -237,8 +237,9 @@ void SchedulerCore::ApplyReport(const std::string& worker_id,
     p->set_worker_id(e->plan.stages(s).worker_id());
     p->set_next_step(r.status().next_step());
     p->set_weight_version(r.status().weight_version());
-    p->set_busy_fraction(
-        r.status().state() == v1::STAGE_STATE_RUNNING ? 1.0 - r.status().idle_fraction() : 0.0);
+    p->set_busy_fraction(r.status().state() == v1::STAGE_STATE_RUNNING
+                             ? 1.0 - r.status().idle_fraction()
+                             : 0.0);
     p->set_forward_seconds(r.status().forward_seconds());
     p->set_backward_seconds(r.status().backward_seconds());
     p->set_peak_activation_bytes(r.status().peak_activation_bytes());
