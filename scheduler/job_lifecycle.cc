@@ -123,8 +123,9 @@ void SchedulerCore::StartJob(const std::string& job_id) {
     if (!moved.ok()) PT_LOG(ERROR) << job_id << ": " << moved;
   }
   Flush();
-  absl::StatusOr<v1::Plan> plan = PlanAndAssign(job, std::move(idle));
-  if (absl::IsAborted(plan.status())) {
+  bool claimed = false;
+  absl::StatusOr<v1::Plan> plan = PlanAndAssign(job, std::move(idle), &claimed);
+  if (claimed) {
     PT_LOG(INFO) << job_id << " waits: " << plan.status().message();
     registry_.Release(job_id);
     EndAction(job_id, v1::JOB_STATE_PENDING);
@@ -134,11 +135,16 @@ void SchedulerCore::StartJob(const std::string& job_id) {
     FailJob(job_id, absl::StrCat("could not plan: ", plan.status().ToString()));
     return;
   }
+  Launch(job_id, job.spec(), *plan);
+}
+
+void SchedulerCore::Launch(const std::string& job_id, const v1::JobSpec& spec,
+                           const v1::Plan& plan) {
   // The plan and the assignments are on disk before any stage is
   // configured: a scheduler restarted mid-launch finds the stages to stop.
   Flush();
   absl::StatusOr<int64_t> total = LaunchStages(
-      control_, job_id, job.spec(), *plan, options_.stage_recv_timeout_seconds);
+      control_, job_id, spec, plan, options_.stage_recv_timeout_seconds);
   if (!total.ok()) {
     FailJob(job_id,
             absl::StrCat("could not start: ", total.status().ToString()));
@@ -151,11 +157,8 @@ void SchedulerCore::StartJob(const std::string& job_id) {
   EndAction(job_id, v1::JOB_STATE_RUNNING);
 }
 
-// Profiles the model on the first idle worker, plans, and assigns the
-// planned workers. Aborted when one of them was claimed meanwhile (the job
-// should wait and try again).
 absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
-    const v1::Job& job, std::vector<v1::WorkerInfo> idle) {
+    const v1::Job& job, std::vector<v1::WorkerInfo> idle, bool* claimed) {
   const auto start = std::chrono::steady_clock::now();
   v1::ProfileRequest profile_request;
   *profile_request.mutable_spec() = job.spec().training();
@@ -179,7 +182,10 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
   for (const v1::PlannedStage& s : plan.stages()) {
     const absl::Status assigned =
         registry_.Assign(s.worker_id(), job.id(), s.stage());
-    if (!assigned.ok()) return absl::AbortedError(assigned.message());
+    if (!assigned.ok()) {
+      *claimed = true;
+      return assigned;
+    }
   }
   PT_LOG(INFO) << job.id() << " plan:\n" << plan.explanation();
   std::lock_guard<std::mutex> lock(mu_);

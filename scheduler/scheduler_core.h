@@ -147,6 +147,11 @@ class SchedulerCore {
   // Writes what is queued; logs failures (the writer retries them).
   void Flush();
   void RegisterMetrics();
+  // Scrape-time samples of the gauges (scheduler_metrics.cc).
+  std::vector<GaugeSample> WorkerStateSamples();
+  std::vector<GaugeSample> JobStateSamples();
+  std::vector<GaugeSample> CommittedVersionSamples();
+  std::vector<GaugeSample> EvalSamples(double (*value)(const v1::EvalResult&));
 
   // The control loop's decisions; marks the jobs busy.
   std::vector<Action> ChooseActions(
@@ -159,8 +164,15 @@ class SchedulerCore {
   // two launches never claim the same idle workers.
   void StartPendingJobs();
   void StartJob(const std::string& job_id);
+  // Profiles the model on the first idle worker, plans, and assigns the
+  // planned workers. `claimed`: one of them was taken meanwhile (lost, or
+  // re-registered); the job should wait and try again.
   absl::StatusOr<v1::Plan> PlanAndAssign(const v1::Job& job,
-                                         std::vector<v1::WorkerInfo> idle);
+                                         std::vector<v1::WorkerInfo> idle,
+                                         bool* claimed);
+  // Configures and starts the planned stages; RUNNING, or FAILED.
+  void Launch(const std::string& job_id, const v1::JobSpec& spec,
+              const v1::Plan& plan);
   void FinishJob(const std::string& job_id);
   void FailJob(const std::string& job_id, const std::string& why);
   void ResetLaunch(const std::string& job_id);

@@ -202,6 +202,33 @@ TEST_F(SchedulerCoreTest, AJobBeingLaunchedCannotBeSteeredUntilItRuns) {
   EXPECT_TRUE(core_->CancelJob(Action(job.id())).ok());
 }
 
+TEST_F(SchedulerCoreTest, AWorkerLostWhilePlanningSendsTheJobBackToWait) {
+  Start(/*action_threads=*/true);
+  AddWorkers(3);
+  control_.HoldNext(Method::kProfile, "");
+  const v1::Job job = Submit(Spec(3, 4));
+  core_->Tick();
+  ASSERT_TRUE(control_.WaitUntilHeld(std::chrono::seconds(10)));
+  // One of the three workers misses its lease while the job is profiled.
+  const std::string lost = workers_.begin()->first;
+  now_ms_ += kLeaseMs + 1;
+  Heartbeats(nullptr, lost);
+  core_->Tick();
+  control_.Release();
+  core_->WaitForActions();
+  EXPECT_EQ(Job(job.id()).state(), v1::JOB_STATE_PENDING);
+  EXPECT_TRUE(control_.CallsOf(Method::kConfigure).empty());
+  for (const auto& [id, state] : WorkerStates()) {
+    EXPECT_EQ(state, id == lost ? v1::WORKER_STATE_LOST : v1::WORKER_STATE_IDLE)
+        << id;
+  }
+  // It starts once three workers are back.
+  Heartbeats();
+  core_->Tick();
+  core_->WaitForActions();
+  EXPECT_EQ(Job(job.id()).state(), v1::JOB_STATE_RUNNING);
+}
+
 TEST_F(SchedulerCoreTest, AFailedLaunchFailsTheJobAndFreesItsWorkers) {
   Start();
   AddWorkers(3);

@@ -9,14 +9,6 @@
 namespace pipetrain {
 namespace {
 
-// Zero for every value of an enum, so that every state has a sample.
-template <typename Enum, typename NameFn>
-std::map<std::string, double> ZeroCounts(int first, int last, NameFn name) {
-  std::map<std::string, double> counts;
-  for (int s = first; s <= last; ++s) counts[name(static_cast<Enum>(s))] = 0;
-  return counts;
-}
-
 std::vector<GaugeSample> ToSamples(const std::map<std::string, double>& m) {
   std::vector<GaugeSample> out;
   for (const auto& [label, n] : m) out.push_back({{label}, n});
@@ -29,63 +21,27 @@ void SchedulerCore::RegisterMetrics() {
   if (metrics_ == nullptr) return;
   std::vector<absl::Status> results;
   results.push_back(metrics_->AddCallbackGauge(
-      "pipetrain_scheduler_workers", "Workers by state.", {"state"}, [this] {
-        auto counts = ZeroCounts<v1::WorkerState>(
-            v1::WORKER_STATE_REGISTERED, v1::WORKER_STATE_LOST,
-            [](v1::WorkerState s) { return v1::WorkerState_Name(s); });
-        for (const auto& w : registry_.List()) {
-          counts[v1::WorkerState_Name(w.state())] += 1;
-        }
-        return ToSamples(counts);
-      }));
+      "pipetrain_scheduler_workers", "Workers by state.", {"state"},
+      [this] { return WorkerStateSamples(); }));
   results.push_back(metrics_->AddCallbackGauge(
-      "pipetrain_scheduler_jobs", "Jobs by state.", {"state"}, [this] {
-        auto counts = ZeroCounts<v1::JobState>(
-            v1::JOB_STATE_PENDING, v1::JOB_STATE_CANCELLED,
-            [](v1::JobState s) { return v1::JobState_Name(s); });
-        std::lock_guard<std::mutex> lock(mu_);
-        for (const std::string& id : jobs_.ids()) {
-          counts[v1::JobState_Name((*jobs_.Find(id))->job.state())] += 1;
-        }
-        return ToSamples(counts);
-      }));
+      "pipetrain_scheduler_jobs", "Jobs by state.", {"state"},
+      [this] { return JobStateSamples(); }));
   results.push_back(metrics_->AddCallbackGauge(
       "pipetrain_scheduler_committed_version",
       "Weight version every stage of a running job has reached.", {"job"},
-      [this] {
-        std::vector<GaugeSample> out;
-        std::lock_guard<std::mutex> lock(mu_);
-        for (const std::string& id : jobs_.ids()) {
-          const v1::Job& job = (*jobs_.Find(id))->job;
-          if (job.state() == v1::JOB_STATE_RUNNING ||
-              job.state() == v1::JOB_STATE_PAUSED) {
-            out.push_back({{id}, static_cast<double>(job.committed_version())});
-          }
-        }
-        return out;
-      }));
-  // The latest evaluation (periodic, on request or final) of every job
-  // that has one.
-  auto eval_gauge = [this](double (*value)(const v1::EvalResult&)) {
-    return [this, value] {
-      std::vector<GaugeSample> out;
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const std::string& id : jobs_.ids()) {
-        const v1::Job& job = (*jobs_.Find(id))->job;
-        if (job.evaluations_size() > 0)
-          out.push_back({{id}, value(job.eval())});
-      }
-      return out;
-    };
-  };
+      [this] { return CommittedVersionSamples(); }));
   results.push_back(metrics_->AddCallbackGauge(
       "pipetrain_scheduler_eval_loss",
-      "Held-out loss of the job's latest evaluation.", {"job"},
-      eval_gauge([](const v1::EvalResult& e) { return e.loss(); })));
+      "Held-out loss of the job's latest evaluation.", {"job"}, [this] {
+        return EvalSamples([](const v1::EvalResult& e) { return e.loss(); });
+      }));
   results.push_back(metrics_->AddCallbackGauge(
       "pipetrain_scheduler_eval_accuracy",
       "Held-out accuracy (0 to 1) of the job's latest evaluation.", {"job"},
-      eval_gauge([](const v1::EvalResult& e) { return e.accuracy(); })));
+      [this] {
+        return EvalSamples(
+            [](const v1::EvalResult& e) { return e.accuracy(); });
+      }));
   auto planning =
       metrics_->GetHistogram("pipetrain_scheduler_planning_seconds",
                              "Time to profile and plan a job's partition.",
@@ -95,6 +51,55 @@ void SchedulerCore::RegisterMetrics() {
     if (!s.ok()) PT_LOG(ERROR) << "scheduler metrics: " << s;
   }
   if (planning.ok()) planning_seconds_ = *planning;
+}
+
+std::vector<GaugeSample> SchedulerCore::WorkerStateSamples() {
+  std::map<std::string, double> counts;  // every state, even at 0
+  for (int s = v1::WORKER_STATE_REGISTERED; s <= v1::WORKER_STATE_LOST; ++s) {
+    counts[v1::WorkerState_Name(static_cast<v1::WorkerState>(s))] = 0;
+  }
+  for (const v1::WorkerInfo& w : registry_.List()) {
+    counts[v1::WorkerState_Name(w.state())] += 1;
+  }
+  return ToSamples(counts);
+}
+
+std::vector<GaugeSample> SchedulerCore::JobStateSamples() {
+  std::map<std::string, double> counts;  // every state, even at 0
+  for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_CANCELLED; ++s) {
+    counts[v1::JobState_Name(static_cast<v1::JobState>(s))] = 0;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : jobs_.ids()) {
+    counts[v1::JobState_Name((*jobs_.Find(id))->job.state())] += 1;
+  }
+  return ToSamples(counts);
+}
+
+std::vector<GaugeSample> SchedulerCore::CommittedVersionSamples() {
+  std::vector<GaugeSample> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : jobs_.ids()) {
+    const v1::Job& job = (*jobs_.Find(id))->job;
+    if (job.state() == v1::JOB_STATE_RUNNING ||
+        job.state() == v1::JOB_STATE_PAUSED) {
+      out.push_back({{id}, static_cast<double>(job.committed_version())});
+    }
+  }
+  return out;
+}
+
+// The latest evaluation (periodic, on request or final) of every job that
+// has one.
+std::vector<GaugeSample> SchedulerCore::EvalSamples(
+    double (*value)(const v1::EvalResult&)) {
+  std::vector<GaugeSample> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : jobs_.ids()) {
+    const v1::Job& job = (*jobs_.Find(id))->job;
+    if (job.evaluations_size() > 0) out.push_back({{id}, value(job.eval())});
+  }
+  return out;
 }
 
 }  // namespace pipetrain
