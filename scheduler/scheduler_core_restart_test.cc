@@ -1,5 +1,5 @@
-// SchedulerCore across restarts of the scheduler process, on a persistent
-// data directory.
+// SchedulerCore on a persistent data directory: what reaches the disk and
+// when, and restarts of the scheduler process.
 #include <chrono>
 #include <set>
 #include <string>
@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "scheduler/scheduler_core.h"
 #include "scheduler/scheduler_core_test_fixture.h"
+#include "scheduler/state_store.h"
 
 namespace pipetrain {
 namespace testing_core {
@@ -17,6 +18,28 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+
+// Network handlers only queue their writes; the control loop writes them.
+// (A reader on a second connection sees the database as a restarted
+// scheduler would.)
+TEST_F(SchedulerCoreTest, HeartbeatsAndSubmissionsOnlyQueueTheirWrites) {
+  TempDir dir;
+  core_ = MakeCore(&control_, dir.path());
+  AddWorkers(3);
+  auto reader = StateStore::Open(dir.path());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const v1::Job job = Submit(Spec(3, 8));
+  EXPECT_TRUE((*reader)->LoadJobs()->empty());
+  core_->Tick();  // writes the job, starts it
+  ASSERT_EQ((*reader)->LoadJobs()->size(), 1u);
+  control_.Advance(2);
+  Heartbeats();
+  EXPECT_TRUE((*reader)->LoadVersions(job.id(), 0)->empty());
+  EXPECT_EQ((*reader)->LoadJobs()->at(0).step(), 0);
+  core_->Tick();
+  EXPECT_EQ((*reader)->LoadVersions(job.id(), 0)->size(), 3u * 2);
+  EXPECT_EQ((*reader)->LoadJobs()->at(0).step(), 2);
+}
 
 // A scheduler that stops while it launches a job leaves the job PLANNING
 // and its planned workers ASSIGNED on disk. The next scheduler stops those
