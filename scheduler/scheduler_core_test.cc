@@ -276,6 +276,16 @@ TEST_F(SchedulerCoreTest, AStageReportingFailureFailsTheJob) {
   ASSERT_EQ(failed.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(failed.error(), "stage 2 failed: out of memory");
   EXPECT_TRUE(AllIdle());
+  // A failed job takes no action.
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(core_->PauseJob(Action(job.id())).status()));
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(core_->ResumeJob(Action(job.id())).status()));
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(core_->CancelJob(Action(job.id())).status()));
+  v1::EvaluateRequest eval;
+  eval.set_job_id(job.id());
+  EXPECT_TRUE(absl::IsFailedPrecondition(core_->Evaluate(eval).status()));
 }
 
 }  // namespace
