@@ -1,14 +1,15 @@
 // What the scheduler's logic needs from the outside world, as interfaces:
-// driving stage workers (implemented over gRPC in services/, faked in
-// tests) and the model code (spec validation and evaluation, implemented
-// in services/ with the worker's CPU backend, so scheduler/ depends on
-// neither gRPC nor the compute core).
+// driving stage workers (implemented over gRPC in services/, faked by
+// FakeStageControl in tests) and the model rules (spec validation and the
+// schedule's bubble, implemented in services/ with the worker's code), so
+// scheduler/ depends on neither gRPC nor the compute core. Evaluation runs
+// inside the pipeline (StageControl::Evaluate): the scheduler never holds
+// weights or computes anything itself.
 #ifndef PIPETRAIN_SCHEDULER_INTERFACES_H_
 #define PIPETRAIN_SCHEDULER_INTERFACES_H_
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "pipetrain/v1/scheduler.pb.h"
@@ -32,14 +33,20 @@ class StageControl {
                                         int64_t until_step) = 0;
   virtual absl::Status Stop(const std::string& address,
                             const std::string& job_id) = 0;
-  virtual absl::StatusOr<v1::GetWeightsResponse> GetWeights(
-      const std::string& address, const std::string& job_id) = 0;
+  // This stage's part of a forward-only pass over the held-out split (see
+  // EvaluateStageRequest): every stage of the job must be called at once;
+  // each call returns when its stage is done. The last stage's answer holds
+  // the result; the others' is empty. Deadlines are sized for an
+  // evaluation (minutes).
+  virtual absl::StatusOr<v1::EvalResult> Evaluate(const std::string& address,
+                                                  const std::string& job_id,
+                                                  int64_t max_samples) = 0;
   virtual absl::StatusOr<v1::GetTraceResponse> GetTrace(
       const std::string& address, const std::string& job_id,
       int64_t since_step) = 0;
 };
 
-// The model code the scheduler relies on. Thread-safe.
+// The model rules the scheduler relies on. Thread-safe.
 class ModelSupport {
  public:
   virtual ~ModelSupport() = default;
@@ -48,11 +55,6 @@ class ModelSupport {
   // The idle fraction the job's schedule has in theory on `num_stages`
   // stages with uniform costs (e.g. (K - 1) / (M + K - 1) for GPipe).
   virtual double TheoreticalBubble(const v1::JobSpec& spec, int num_stages) = 0;
-  // Loss and accuracy of a model with these weights (every stage's, in
-  // layer order) on the spec's held-out split.
-  virtual absl::StatusOr<v1::EvalResult> Evaluate(
-      const v1::TrainingSpec& spec, const std::vector<v1::TensorProto>& weights,
-      int64_t max_samples) = 0;
 };
 
 }  // namespace pipetrain

@@ -7,20 +7,14 @@
 namespace pipetrain {
 
 WorkerRegistry::WorkerRegistry(const RegistryOptions& options,
-                               StateStore* store)
-    : options_(options), store_(store) {}
+                               StateWriter* writer)
+    : options_(options), writer_(writer) {}
 
 void WorkerRegistry::Persist(const v1::WorkerInfo& w) {
-  if (store_ == nullptr) return;
-  const absl::Status status = store_->PutWorker(w);
-  if (!status.ok()) {
-    PT_LOG(ERROR) << "cannot persist worker " << w.id() << ": " << status;
-  }
+  if (writer_ != nullptr) writer_->PutWorker(w);
 }
 
-absl::Status WorkerRegistry::Load(int64_t now_ms) {
-  if (store_ == nullptr) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::vector<v1::WorkerInfo> loaded, store_->LoadWorkers());
+void WorkerRegistry::Load(std::vector<v1::WorkerInfo> loaded, int64_t now_ms) {
   std::lock_guard<std::mutex> lock(mu_);
   for (v1::WorkerInfo& w : loaded) {
     w.set_last_heartbeat_unix_ms(now_ms);
@@ -31,7 +25,6 @@ absl::Status WorkerRegistry::Load(int64_t now_ms) {
     }
     workers_[w.id()] = w;
   }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
@@ -163,6 +156,16 @@ void WorkerRegistry::Release(const std::string& job_id) {
     }
     Persist(w);
   }
+}
+
+std::vector<v1::WorkerInfo> WorkerRegistry::AssignedTo(
+    const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::WorkerInfo> out;
+  for (const std::string& id : order_) {
+    if (workers_.at(id).job_id() == job_id) out.push_back(workers_.at(id));
+  }
+  return out;
 }
 
 }  // namespace pipetrain

@@ -4,7 +4,8 @@
 // when a lease passes without a heartbeat. A LOST worker that heartbeats
 // again comes back IDLE. Registrations and state changes are persisted, so
 // a restarted scheduler lists the workers it had; they keep their ids and
-// get a fresh lease to come back in.
+// get a fresh lease to come back in. Persistence is queued on a
+// StateWriter (no I/O under the registry's lock, which heartbeats take).
 //
 // Thread-safe.
 #ifndef PIPETRAIN_SCHEDULER_WORKER_REGISTRY_H_
@@ -20,7 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "pipetrain/v1/scheduler.pb.h"
-#include "scheduler/state_store.h"
+#include "scheduler/state_writer.h"
 
 namespace pipetrain {
 
@@ -31,18 +32,18 @@ struct RegistryOptions {
 
 class WorkerRegistry {
  public:
-  // `store` (borrowed, may be null) persists registrations.
-  WorkerRegistry(const RegistryOptions& options, StateStore* store);
+  // `writer` (borrowed, may be null) persists registrations.
+  WorkerRegistry(const RegistryOptions& options, StateWriter* writer);
 
-  // Reloads persisted workers; each gets a fresh lease from `now_ms`.
-  absl::Status Load(int64_t now_ms);
+  // Adds workers a previous scheduler persisted; each gets a fresh lease
+  // from `now_ms`.
+  void Load(std::vector<v1::WorkerInfo> workers, int64_t now_ms);
 
   // InvalidArgument when the address is missing. An empty id gets one; a
   // known id (a restarted worker) is updated in place.
   absl::StatusOr<v1::RegisterWorkerResponse> Register(v1::WorkerInfo info,
                                                       int64_t now_ms);
-  // Renews the lease; false when the id is unknown. `busy` says whether the
-  // worker reports a stage.
+  // Renews the lease; false when the id is unknown.
   bool Heartbeat(const std::string& id, int64_t now_ms);
   // Marks workers whose lease ran out LOST; returns their ids.
   std::vector<std::string> Sweep(int64_t now_ms);
@@ -61,6 +62,8 @@ class WorkerRegistry {
                       int stage);
   // Every worker assigned to `job_id` (and not LOST) becomes IDLE.
   void Release(const std::string& job_id);
+  // Workers assigned to `job_id`, LOST ones included.
+  std::vector<v1::WorkerInfo> AssignedTo(const std::string& job_id) const;
 
   const RegistryOptions& options() const { return options_; }
 
@@ -68,7 +71,7 @@ class WorkerRegistry {
   void Persist(const v1::WorkerInfo& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
-  StateStore* const store_;  // borrowed, may be null
+  StateWriter* const writer_;  // borrowed, may be null
 
   mutable std::mutex mu_;
   std::map<std::string, v1::WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);

@@ -3,8 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "services/grpc_util.h"
-#include "worker/compute/cpu/cpu_backend.h"
-#include "worker/pipeline/local_trainer.h"
+#include "worker/pipeline/local_trainer.h"  // ValidateTrainingSpec
 #include "worker/pipeline/schedule.h"
 
 namespace pipetrain {
@@ -20,6 +19,9 @@ absl::StatusOr<Response> Call(v1::StageService::Stub* stub, Method method,
   RETURN_IF_ERROR(FromGrpcStatus((stub->*method)(&ctx, request, &response)));
   return response;
 }
+
+// Deadline of a stage's part of an evaluation.
+constexpr double kEvaluateDeadlineSeconds = 600;
 
 }  // namespace
 
@@ -68,12 +70,18 @@ absl::Status GrpcStageControl::Stop(const std::string& address,
       .status();
 }
 
-absl::StatusOr<v1::GetWeightsResponse> GrpcStageControl::GetWeights(
-    const std::string& address, const std::string& job_id) {
-  v1::GetWeightsRequest request;
+absl::StatusOr<v1::EvalResult> GrpcStageControl::Evaluate(
+    const std::string& address, const std::string& job_id,
+    int64_t max_samples) {
+  v1::EvaluateStageRequest request;
   request.set_job_id(job_id);
-  return Call<v1::GetWeightsRequest, v1::GetWeightsResponse>(
-      StubFor(address), &v1::StageService::Stub::GetWeights, request, 120);
+  request.set_max_samples(max_samples);
+  // A pass over a whole held-out split on a slow device takes minutes.
+  ASSIGN_OR_RETURN(v1::EvaluateStageResponse r,
+                   (Call<v1::EvaluateStageRequest, v1::EvaluateStageResponse>(
+                       StubFor(address), &v1::StageService::Stub::Evaluate,
+                       request, kEvaluateDeadlineSeconds)));
+  return r.result();
 }
 
 absl::StatusOr<v1::GetTraceResponse> GrpcStageControl::GetTrace(
@@ -116,36 +124,6 @@ double CpuModelSupport::TheoreticalBubble(const v1::JobSpec& spec,
   params.micro_batches =
       static_cast<int>(std::max<int64_t>(1, spec.training().micro_batches()));
   return pipetrain::TheoreticalBubble(params, SimCosts());
-}
-
-absl::StatusOr<v1::EvalResult> CpuModelSupport::Evaluate(
-    const v1::TrainingSpec& spec, const std::vector<v1::TensorProto>& weights,
-    int64_t max_samples) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto backend = CreateCpuBackend(0);
-  ASSIGN_OR_RETURN(std::unique_ptr<LocalTrainer> trainer,
-                   LocalTrainer::Create(spec, backend.get()));
-  std::vector<Tensor> host;
-  for (const v1::TensorProto& t : weights) {
-    const Shape shape(t.shape().begin(), t.shape().end());
-    if (t.dtype() != v1::DTYPE_F32 ||
-        t.data().size() != NumElements(shape) * sizeof(float)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("weights of ", t.name(), " are not float32 of shape ",
-                       ShapeToString(shape)));
-    }
-    Tensor tensor = Tensor::Host(shape);
-    std::copy(t.data().begin(), t.data().end(),
-              static_cast<char*>(tensor.raw()));
-    host.push_back(tensor);
-  }
-  RETURN_IF_ERROR(trainer->model()->LoadParams(host));
-  ASSIGN_OR_RETURN(EvalReport report, trainer->Evaluate(max_samples));
-  v1::EvalResult out;
-  out.set_loss(report.loss);
-  out.set_accuracy(report.accuracy);
-  out.set_samples(report.samples);
-  return out;
 }
 
 }  // namespace pipetrain

@@ -1,6 +1,7 @@
 // The scheduler's links to the outside: driving stage workers over gRPC
-// (GrpcStageControl) and the model code for validating specs and evaluating
-// trained weights on the CPU (CpuModelSupport).
+// (GrpcStageControl) and the model rules for validating specs and the
+// schedules' bubbles (CpuModelSupport). Evaluation runs in the workers'
+// pipeline (GrpcStageControl::Evaluate); this process computes nothing.
 #ifndef PIPETRAIN_SERVICES_SCHEDULER_SUPPORT_H_
 #define PIPETRAIN_SERVICES_SCHEDULER_SUPPORT_H_
 
@@ -27,8 +28,9 @@ class GrpcStageControl final : public StageControl {
                                 int64_t until_step) override;
   absl::Status Stop(const std::string& address,
                     const std::string& job_id) override;
-  absl::StatusOr<v1::GetWeightsResponse> GetWeights(
-      const std::string& address, const std::string& job_id) override;
+  absl::StatusOr<v1::EvalResult> Evaluate(const std::string& address,
+                                          const std::string& job_id,
+                                          int64_t max_samples) override;
   absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string& address,
                                                 const std::string& job_id,
                                                 int64_t since_step) override;
@@ -40,18 +42,12 @@ class GrpcStageControl final : public StageControl {
       ABSL_GUARDED_BY(mu_);
 };
 
-// Validates with the worker's own rules; evaluates on this process's CPU.
-// Thread-safe (evaluations run one at a time).
+// Validates with the worker's own rules; the bubble from the schedule
+// simulator. Thread-safe (stateless).
 class CpuModelSupport final : public ModelSupport {
  public:
   absl::Status Validate(const v1::TrainingSpec& spec) override;
   double TheoreticalBubble(const v1::JobSpec& spec, int num_stages) override;
-  absl::StatusOr<v1::EvalResult> Evaluate(
-      const v1::TrainingSpec& spec, const std::vector<v1::TensorProto>& weights,
-      int64_t max_samples) override;
-
- private:
-  std::mutex mu_;
 };
 
 }  // namespace pipetrain

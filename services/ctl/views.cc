@@ -40,11 +40,23 @@ std::string ProgressPercent(const v1::Job& job) {
   return absl::StrCat(job.step() * 100 / job.total_steps(), "%");
 }
 
+// "4", "0-3"; "-" for an empty range.
+std::string RangeText(int begin, int end) {
+  if (end <= begin) return "-";
+  if (end == begin + 1) return absl::StrCat(begin);
+  return absl::StrCat(begin, "-", end - 1);
+}
+
+// The layers a stage's worker holds: its range, or its chunks under the
+// interleaved schedule ("0-1,4-5").
 std::string LayersOf(const v1::PlannedStage& s) {
-  if (s.layer_end() <= s.layer_begin()) return "-";
-  if (s.layer_end() == s.layer_begin() + 1)
-    return absl::StrCat(s.layer_begin());
-  return absl::StrCat(s.layer_begin(), "-", s.layer_end() - 1);
+  if (s.chunks_size() == 0) return RangeText(s.layer_begin(), s.layer_end());
+  std::string out;
+  for (const v1::LayerRange& r : s.chunks()) {
+    absl::StrAppend(&out, out.empty() ? "" : ",",
+                    RangeText(r.begin(), r.end()));
+  }
+  return out;
 }
 
 std::string BytesOrDash(int64_t bytes) {
@@ -86,6 +98,27 @@ std::string StagesTable(const v1::Job& job) {
                   BytesOrDash(s.peak_activation_bytes())});
   }
   return table.Render();
+}
+
+// The latest evaluations, oldest first.
+std::string EvaluationsTable(const v1::Job& job) {
+  TextTable table({{"EVAL STEP", true},
+                   {"LOSS", true},
+                   {"ACCURACY", true},
+                   {"SAMPLES", true}});
+  const int n = job.evaluations_size();
+  for (int i = std::max(0, n - kMaxEvaluationRows); i < n; ++i) {
+    const v1::EvalResult& e = job.evaluations(i);
+    table.AddRow({absl::StrCat(e.step()), absl::StrFormat("%.4f", e.loss()),
+                  absl::StrFormat("%.1f%%", 100 * e.accuracy()),
+                  absl::StrCat(e.samples())});
+  }
+  std::string out = table.Render();
+  if (n > kMaxEvaluationRows) {
+    absl::StrAppend(&out, "(last ", kMaxEvaluationRows, " of ", n,
+                    " evaluations)\n");
+  }
+  return out;
 }
 
 std::string ProgressField(const v1::Job& job) {
@@ -191,6 +224,9 @@ std::string FormatJobDetail(const v1::Job& job, int64_t now_unix_ms) {
   }
   if (!job.error().empty()) AppendField("error", job.error(), &out);
   if (job.stages_size() > 0) absl::StrAppend(&out, "\n", StagesTable(job));
+  if (job.evaluations_size() > 1) {
+    absl::StrAppend(&out, "\n", EvaluationsTable(job));
+  }
   return out;
 }
 
@@ -282,6 +318,14 @@ std::string FormatEvalResult(const v1::EvalResult& eval) {
   return absl::StrFormat(
       "test accuracy %.1f%% on %d samples (loss %.4f) at step %d\n",
       100 * eval.accuracy(), eval.samples(), eval.loss(), eval.step());
+}
+
+std::string FormatEvalLine(const std::string& job_id,
+                           const v1::EvalResult& eval) {
+  return absl::StrFormat(
+      "%s evaluation at step %d: loss %.4f, test accuracy %.1f%% on %d "
+      "samples",
+      job_id, eval.step(), eval.loss(), 100 * eval.accuracy(), eval.samples());
 }
 
 std::string FormatJobState(const v1::Job& job) {

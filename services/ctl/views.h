@@ -25,8 +25,11 @@ std::string FormatJobsTable(const v1::ListJobsResponse& jobs,
 std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
                                int64_t now_unix_ms);
 
-// `get`: key/value lines, then a table of the stages.
+// `get`: key/value lines (the latest evaluation among them), a table of the
+// stages, then the last kMaxEvaluationRows evaluations when there are
+// several (periodic ones).
 std::string FormatJobDetail(const v1::Job& job, int64_t now_unix_ms);
+inline constexpr int kMaxEvaluationRows = 10;
 
 // `plan`: a table of the stages, then the bottleneck, the predicted step
 // and bubble, and the planner's explanation.
@@ -40,6 +43,12 @@ std::string FormatVersions(const v1::GetVersionsResponse& versions,
 
 // "test accuracy 86.9% on 10000 samples (loss 0.3712) at step 1875".
 std::string FormatEvalResult(const v1::EvalResult& eval);
+
+// "job-3 evaluation at step 400: loss 0.4123, test accuracy 85.2% on 10000
+// samples", one line without a newline: what `watch` prints as an
+// evaluation arrives.
+std::string FormatEvalLine(const std::string& job_id,
+                           const v1::EvalResult& eval);
 
 // "job-3 PAUSED at step 120/1875": what pause, resume and cancel print.
 std::string FormatJobState(const v1::Job& job);

@@ -170,6 +170,66 @@ TEST(FormatJobDetail, ShowsEvalAndErrorWhenPresent) {
       << text;
 }
 
+TEST(FormatJobDetail, ListsTheLatestEvaluationsWhenThereAreSeveral) {
+  v1::Job job;
+  job.set_id("job-5");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  for (int i = 1; i <= kMaxEvaluationRows + 2; ++i) {
+    v1::EvalResult* e = job.add_evaluations();
+    e->set_step(50 * i);
+    e->set_loss(2.0 / i);
+    e->set_accuracy(0.05 * i);
+    e->set_samples(500);
+  }
+  *job.mutable_eval() = job.evaluations(job.evaluations_size() - 1);
+  const std::string text = FormatJobDetail(job, kNow);
+  EXPECT_NE(text.find("\neval:       test accuracy 60.0% on 500 samples "
+                      "(loss 0.1667) at step 600\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nEVAL STEP    LOSS  ACCURACY  SAMPLES\n"
+                      "      150  0.6667     15.0%      500\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("      100  1.0000"), std::string::npos) << text;
+  EXPECT_NE(text.find("      600  0.1667     60.0%      500\n"
+                      "(last 10 of 12 evaluations)\n"),
+            std::string::npos)
+      << text;
+  // One evaluation: the eval line says it all.
+  job.mutable_evaluations()->DeleteSubrange(0, job.evaluations_size() - 1);
+  EXPECT_EQ(FormatJobDetail(job, kNow).find("EVAL STEP"), std::string::npos);
+}
+
+TEST(FormatEvalLine, StepLossAccuracyAndSamples) {
+  v1::EvalResult eval;
+  eval.set_step(400);
+  eval.set_loss(0.41234);
+  eval.set_accuracy(0.852);
+  eval.set_samples(10000);
+  EXPECT_EQ(FormatEvalLine("job-3", eval),
+            "job-3 evaluation at step 400: loss 0.4123, test accuracy 85.2% "
+            "on 10000 samples");
+}
+
+TEST(FormatPlan, InterleavedStagesListTheirChunks) {
+  v1::Plan plan;
+  plan.set_job_id("job-6");
+  for (int s = 0; s < 2; ++s) {
+    v1::PlannedStage* stage = plan.add_stages();
+    stage->set_stage(s);
+    stage->set_worker_id("w-" + std::to_string(s + 1));
+    for (int c = 0; c < 2; ++c) {
+      v1::LayerRange* r = stage->add_chunks();
+      r->set_begin(4 * c + 2 * s);
+      r->set_end(4 * c + 2 * s + (s == 1 && c == 1 ? 1 : 2));
+    }
+  }
+  const std::string text = FormatPlan(plan);
+  EXPECT_NE(text.find("\n    0  0-1,4-5  w-1"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n    1  2-3,6    w-2"), std::string::npos) << text;
+}
+
 TEST(FormatPlan, TableThenBottleneckPredictionAndExplanation) {
   v1::Plan plan;
   plan.set_job_id("job-3");

@@ -3,6 +3,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "services/ctl/progress_bar.h"
+#include "services/ctl/views.h"
 #include "worker/nn/model.h"
 
 namespace pipetrain {
@@ -96,6 +98,14 @@ class ProgressDisplay {
     last_log_ = Clock::now();
   }
 
+  // A line that stays (an evaluation): on a terminal it ends the progress
+  // line, which the next Show draws again below it.
+  void Permanent(const std::string& text) {
+    EndLine();
+    std::printf("%s\n", text.c_str());
+    std::fflush(stdout);
+  }
+
   // A passing condition ("retrying"); printed once per occurrence in logs.
   void Note(const std::string& text) {
     if (tty_) return Redraw(text);
@@ -155,11 +165,30 @@ int StopWatching(ProgressDisplay* display, const std::string& job_id) {
 
 }  // namespace
 
+std::vector<std::string> EvaluationFeed::NewLines(const v1::Job& job) {
+  std::vector<std::string> lines;
+  const int n = job.evaluations_size();
+  if (IsTerminal(job.state())) {
+    seen_ = n;
+  } else if (!looked_) {
+    if (n > 0)
+      lines.push_back(FormatEvalLine(job.id(), job.evaluations(n - 1)));
+  } else {
+    for (int i = std::min(seen_, n); i < n; ++i) {
+      lines.push_back(FormatEvalLine(job.id(), job.evaluations(i)));
+    }
+  }
+  looked_ = true;
+  seen_ = n;
+  return lines;
+}
+
 absl::StatusOr<int> WatchJob(SchedulerClient* client, const std::string& job_id,
                              const WatchOptions& options) {
   InterruptScope interrupts;
   ProgressDisplay display(!options.json && isatty(STDOUT_FILENO) == 1,
                           options.log_every_seconds);
+  EvaluationFeed evaluations;
   bool answered = false;
   Clock::time_point last_answer = Clock::now();
   while (true) {
@@ -185,7 +214,12 @@ absl::StatusOr<int> WatchJob(SchedulerClient* client, const std::string& job_id,
         }
         return ExitCodeFor(job->state());
       }
-      if (!options.json) display.Show(*job);
+      if (!options.json) {
+        for (const std::string& line : evaluations.NewLines(*job)) {
+          display.Permanent(line);
+        }
+        display.Show(*job);
+      }
     } else if (answered && IsTransportFailure(job.status()) &&
                SecondsSince(last_answer) < options.reconnect_grace_seconds) {
       if (!options.json) {

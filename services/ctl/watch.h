@@ -4,6 +4,7 @@
 #define PIPETRAIN_SERVICES_CTL_WATCH_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "services/ctl/scheduler_client.h"
@@ -30,8 +31,22 @@ inline constexpr int kExitJobFailed = 2;
 inline constexpr int kExitInterrupted = 130;
 inline constexpr int kExitBelowAccuracy = 3;
 
+// Which evaluations `watch` prints as their own lines: on its first look at
+// a job the latest one, then every one that arrives (Job.evaluations only
+// grows), as FormatEvalLine text. A job that ended prints none: its final
+// summary shows the result. Not thread-safe; owned by one watch.
+class EvaluationFeed {
+ public:
+  std::vector<std::string> NewLines(const v1::Job& job);
+
+ private:
+  bool looked_ = false;
+  int seen_ = 0;
+};
+
 // Polls GetJob until the job is COMPLETED (returns 0), FAILED or CANCELLED
-// (2), or the user presses Ctrl-C (130; the job keeps running). A failed
+// (2), or the user presses Ctrl-C (130; the job keeps running). Each new
+// evaluation gets a line of its own (EvaluationFeed). A failed
 // call is returned as its status, except that a scheduler that has answered
 // before may be unreachable for up to reconnect_grace_seconds.
 // Call from the main thread: installs a SIGINT handler while it runs.

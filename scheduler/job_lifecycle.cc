@@ -1,0 +1,281 @@
+// SchedulerCore's control loop and the actions it takes on jobs: starting
+// pending jobs, finishing done ones (evaluation through the pipeline),
+// failing broken ones and resetting a launch a previous scheduler process
+// left half done.
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "scheduler/job_progress.h"
+#include "scheduler/plan_builder.h"
+#include "scheduler/scheduler_core.h"
+#include "scheduler/stage_driver.h"
+
+namespace pipetrain {
+
+void SchedulerCore::Tick() {
+  registry_.Sweep(Now());
+  Flush();
+  std::map<std::string, v1::WorkerInfo> workers;
+  for (v1::WorkerInfo& w : registry_.List()) workers[w.id()] = std::move(w);
+  std::vector<Action> actions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    actions = ChooseActions(workers);
+  }
+  for (const Action& action : actions) {
+    if (options_.action_threads) {
+      actions_.Post([this, action] { RunAction(action); });
+    } else {
+      RunAction(action);
+    }
+  }
+}
+
+void SchedulerCore::WaitForActions() { actions_.WaitIdle(); }
+
+// Failing, finishing and resetting come before starting: they free workers
+// a start can use.
+std::vector<SchedulerCore::Action> SchedulerCore::ChooseActions(
+    const std::map<std::string, v1::WorkerInfo>& workers) {
+  std::vector<Action> out;
+  bool pending = false;
+  for (const std::string& id : jobs_.ids()) {
+    JobRecord* r = *jobs_.Find(id);
+    if (r->busy) continue;
+    const v1::JobState state = r->job.state();
+    if (state == v1::JOB_STATE_PENDING) {
+      pending = true;
+    } else if (state == v1::JOB_STATE_PLANNING) {
+      // Launches hold the job busy: an idle PLANNING job was being
+      // launched by a scheduler process that is gone.
+      r->busy = true;
+      out.push_back({ActionKind::kReset, id, ""});
+    } else if (state == v1::JOB_STATE_RUNNING ||
+               state == v1::JOB_STATE_PAUSED) {
+      if (std::optional<std::string> why = JobFailure(*r, workers)) {
+        r->busy = true;
+        out.push_back({ActionKind::kFail, id, *why});
+      } else if (StagesDone(*r)) {
+        r->busy = true;
+        out.push_back({ActionKind::kFinish, id, ""});
+      }
+    }
+  }
+  if (pending && !start_in_flight_) {
+    start_in_flight_ = true;
+    out.push_back({ActionKind::kStartPending, "", ""});
+  }
+  return out;
+}
+
+void SchedulerCore::RunAction(const Action& action) {
+  switch (action.kind) {
+    case ActionKind::kStartPending:
+      return StartPendingJobs();
+    case ActionKind::kFinish:
+      return FinishJob(action.job_id);
+    case ActionKind::kFail:
+      return FailJob(action.job_id, action.why);
+    case ActionKind::kReset:
+      return ResetLaunch(action.job_id);
+  }
+}
+
+void SchedulerCore::StartPendingJobs() {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids = jobs_.ids();
+  }
+  for (const std::string& id : ids) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      JobRecord* r = *jobs_.Find(id);
+      if (r->busy || r->job.state() != v1::JOB_STATE_PENDING) continue;
+      r->busy = true;
+    }
+    StartJob(id);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  start_in_flight_ = false;
+}
+
+void SchedulerCore::StartJob(const std::string& job_id) {
+  v1::Job job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job = (*jobs_.Find(job_id))->job;
+  }
+  std::vector<v1::WorkerInfo> idle =
+      registry_.Idle(job.spec().worker_selector());
+  if (static_cast<int>(idle.size()) < std::max(1, job.spec().num_stages())) {
+    EndAction(job_id, std::nullopt);  // waits for workers
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Always legal: the job is PENDING and held busy.
+    const absl::Status moved =
+        jobs_.Transition(*jobs_.Find(job_id), v1::JOB_STATE_PLANNING, Now());
+    if (!moved.ok()) PT_LOG(ERROR) << job_id << ": " << moved;
+  }
+  Flush();
+  bool claimed = false;
+  absl::StatusOr<v1::Plan> plan = PlanAndAssign(job, std::move(idle), &claimed);
+  if (claimed) {
+    PT_LOG(INFO) << job_id << " waits: " << plan.status().message();
+    registry_.Release(job_id);
+    EndAction(job_id, v1::JOB_STATE_PENDING);
+    return;
+  }
+  if (!plan.ok()) {
+    FailJob(job_id, absl::StrCat("could not plan: ", plan.status().ToString()));
+    return;
+  }
+  Launch(job_id, job.spec(), *plan);
+}
+
+void SchedulerCore::Launch(const std::string& job_id, const v1::JobSpec& spec,
+                           const v1::Plan& plan) {
+  // The plan and the assignments are on disk before any stage is
+  // configured: a scheduler restarted mid-launch finds the stages to stop.
+  Flush();
+  absl::StatusOr<int64_t> total = LaunchStages(
+      control_, job_id, spec, plan, options_.stage_recv_timeout_seconds);
+  if (!total.ok()) {
+    FailJob(job_id,
+            absl::StrCat("could not start: ", total.status().ToString()));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    (*jobs_.Find(job_id))->job.set_total_steps(*total);
+  }
+  EndAction(job_id, v1::JOB_STATE_RUNNING);
+}
+
+absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
+    const v1::Job& job, std::vector<v1::WorkerInfo> idle, bool* claimed) {
+  const auto start = std::chrono::steady_clock::now();
+  v1::ProfileRequest profile_request;
+  *profile_request.mutable_spec() = job.spec().training();
+  profile_request.set_repetitions(3);
+  PlanInputs inputs;
+  inputs.job_id = job.id();
+  inputs.spec = job.spec();
+  ASSIGN_OR_RETURN(inputs.profile,
+                   control_->Profile(idle[0].address(), profile_request));
+  inputs.workers = std::move(idle);
+  inputs.topology = options_.topology;
+  inputs.bubble = [this, &job](int k) {
+    return model_->TheoreticalBubble(job.spec(), k);
+  };
+  ASSIGN_OR_RETURN(v1::Plan plan, BuildPlan(inputs));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  plan.set_planning_seconds(seconds);
+  if (planning_seconds_ != nullptr) planning_seconds_->Observe(seconds);
+  for (const v1::PlannedStage& s : plan.stages()) {
+    const absl::Status assigned =
+        registry_.Assign(s.worker_id(), job.id(), s.stage());
+    if (!assigned.ok()) {
+      *claimed = true;
+      return assigned;
+    }
+  }
+  PT_LOG(INFO) << job.id() << " plan:\n" << plan.explanation();
+  std::lock_guard<std::mutex> lock(mu_);
+  jobs_.SetPlan(*jobs_.Find(job.id()), plan);
+  return plan;
+}
+
+void SchedulerCore::FinishJob(const std::string& job_id) {
+  std::vector<std::string> addresses;
+  int64_t max_samples = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    JobRecord* r = *jobs_.Find(job_id);
+    addresses = r->Addresses();
+    max_samples = r->job.spec().eval_samples();
+  }
+  absl::StatusOr<v1::EvalResult> eval =
+      EvaluateStages(control_, addresses, job_id, max_samples);
+  if (!eval.ok()) {
+    FailJob(job_id, absl::StrCat("the end-of-job evaluation failed: ",
+                                 eval.status().ToString()));
+    return;
+  }
+  registry_.Release(job_id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    JobRecord* r = *jobs_.Find(job_id);
+    if (eval->step() == 0) eval->set_step(r->job.step());
+    RecordEvaluation(*eval, r);
+    PT_LOG(INFO) << job_id << " evaluated: loss " << eval->loss()
+                 << ", accuracy " << eval->accuracy() << " on "
+                 << eval->samples() << " samples";
+  }
+  EndAction(job_id, v1::JOB_STATE_COMPLETED);
+}
+
+void SchedulerCore::FailJob(const std::string& job_id, const std::string& why) {
+  PT_LOG(WARNING) << job_id << " failed: " << why;
+  StopStages(control_, StageAddresses(job_id), job_id);
+  registry_.Release(job_id);
+  EndAction(job_id, v1::JOB_STATE_FAILED, why);
+}
+
+void SchedulerCore::ResetLaunch(const std::string& job_id) {
+  PT_LOG(WARNING) << job_id
+                  << " was being launched when the scheduler stopped; "
+                     "stopping its stages and starting it again";
+  StopStages(control_, StageAddresses(job_id), job_id);
+  registry_.Release(job_id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.ClearPlan(*jobs_.Find(job_id));
+  }
+  EndAction(job_id, v1::JOB_STATE_PENDING);
+}
+
+void SchedulerCore::EndAction(const std::string& job_id,
+                              std::optional<v1::JobState> to,
+                              const std::string& error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    JobRecord* r = *jobs_.Find(job_id);
+    if (!error.empty()) r->job.set_error(error);
+    if (to.has_value()) {
+      const absl::Status moved = jobs_.Transition(r, *to, Now());
+      if (!moved.ok()) PT_LOG(ERROR) << job_id << ": " << moved;
+    } else if (!error.empty()) {
+      jobs_.Save(*r);
+    }
+    r->busy = false;
+  }
+  Flush();
+  // A new state may free workers or call for the next action now. (Not
+  // after a start that keeps waiting: the loop would spin.)
+  if (to.has_value()) cv_.notify_all();
+}
+
+std::vector<std::string> SchedulerCore::StageAddresses(
+    const std::string& job_id) {
+  std::vector<std::string> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out = (*jobs_.Find(job_id))->Addresses();
+  }
+  for (const v1::WorkerInfo& w : registry_.AssignedTo(job_id)) {
+    if (std::find(out.begin(), out.end(), w.address()) == out.end()) {
+      out.push_back(w.address());
+    }
+  }
+  return out;
+}
+
+}  // namespace pipetrain

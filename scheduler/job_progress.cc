@@ -1,0 +1,168 @@
+#include "scheduler/job_progress.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "absl/strings/str_cat.h"
+#include "scheduler/job_state.h"
+
+namespace pipetrain {
+namespace {
+
+// Step times kept for the throughput estimate.
+constexpr size_t kRecentSteps = 20;
+
+std::vector<v1::VersionEntry> LedgerOf(const v1::StageReport& report,
+                                       int64_t now_ms) {
+  std::vector<v1::VersionEntry> out;
+  for (const v1::StepResult& r : report.status().results()) {
+    v1::VersionEntry v;
+    v.set_stage(report.stage());
+    v.set_step(r.step());
+    v.set_weight_version(r.weight_version());
+    v.set_unix_ms(now_ms);
+    out.push_back(v);
+  }
+  return out;
+}
+
+// Loss, accuracy and step times come from the last stage, the epoch from
+// stage 0.
+void TakeStepResults(const v1::StageReport& report, bool last,
+                     JobRecord* record) {
+  v1::Job& job = record->job;
+  for (const v1::StepResult& r : report.status().results()) {
+    if (last) {
+      job.set_loss(r.loss());
+      job.set_accuracy(r.accuracy());
+      record->recent_step_seconds.push_back(r.seconds());
+      if (record->recent_step_seconds.size() > kRecentSteps) {
+        record->recent_step_seconds.pop_front();
+      }
+    }
+    if (report.stage() == 0) job.set_epoch(r.epoch());
+  }
+}
+
+int TakeEvaluations(const v1::StageReport& report, JobRecord* record) {
+  int added = 0;
+  for (const v1::EvalResult& e : report.status().evaluations()) {
+    if (e.step() <= record->last_reported_eval_step) continue;
+    record->last_reported_eval_step = e.step();
+    RecordEvaluation(e, record);
+    ++added;
+  }
+  return added;
+}
+
+v1::StageProgress ProgressOf(const v1::StageReport& r, int stage,
+                             const std::string& worker_id) {
+  const v1::GetStatusResponse& st = r.status();
+  v1::StageProgress p;
+  p.set_stage(stage);
+  p.set_worker_id(worker_id);
+  p.set_next_step(st.next_step());
+  p.set_weight_version(st.weight_version());
+  p.set_busy_fraction(
+      st.state() == v1::STAGE_STATE_RUNNING ? 1.0 - st.idle_fraction() : 0.0);
+  p.set_forward_seconds(st.forward_seconds());
+  p.set_backward_seconds(st.backward_seconds());
+  p.set_peak_activation_bytes(st.peak_activation_bytes());
+  p.set_stash_depth(st.stash_depth());
+  return p;
+}
+
+// Job-wide figures from the latest report of every stage: the slowest
+// stage's step, the committed (minimum) version, the throughput.
+void Summarize(JobRecord* record) {
+  v1::Job& job = record->job;
+  int64_t step = INT64_MAX, committed = INT64_MAX;
+  job.clear_stages();
+  for (size_t s = 0; s < record->reports.size(); ++s) {
+    const v1::StageReport& r = record->reports[s];
+    step = std::min(step, r.status().next_step());
+    committed = std::min(committed, r.status().weight_version());
+    *job.add_stages() =
+        ProgressOf(r, static_cast<int>(s), record->plan->stages(s).worker_id());
+  }
+  job.set_step(step);
+  job.set_committed_version(committed);
+  if (record->recent_step_seconds.empty()) return;
+  double sum = 0;
+  for (double s : record->recent_step_seconds) sum += s;
+  const double mean = sum / record->recent_step_seconds.size();
+  job.set_samples_per_second(
+      mean > 0 ? job.spec().training().batch_size() / mean : 0);
+}
+
+}  // namespace
+
+ReportEffects ApplyStageReport(const std::string& worker_id,
+                               const v1::StageReport& report, int64_t now_ms,
+                               JobRecord* record) {
+  ReportEffects effects;
+  const int stage = report.stage();
+  if (!record->plan.has_value() || IsTerminalJobState(record->job.state()) ||
+      report.job_id() != record->job.id() || stage < 0 ||
+      stage >= record->plan->stages_size() ||
+      record->plan->stages(stage).worker_id() != worker_id) {
+    return effects;
+  }
+  effects.applied = true;
+  const bool last = stage == record->plan->stages_size() - 1;
+  effects.ledger = LedgerOf(report, now_ms);
+  TakeStepResults(report, last, record);
+  // Only the last stage computes the loss, so only it evaluates.
+  if (last) effects.new_evaluations = TakeEvaluations(report, record);
+  v1::StageReport& kept = record->reports[stage];
+  kept = report;
+  kept.mutable_status()->clear_results();
+  kept.mutable_status()->clear_evaluations();
+  Summarize(record);
+  record->job.set_updated_unix_ms(now_ms);
+  return effects;
+}
+
+void RecordEvaluation(const v1::EvalResult& eval, JobRecord* record) {
+  *record->job.add_evaluations() = eval;
+  *record->job.mutable_eval() = eval;
+}
+
+std::optional<std::string> JobFailure(
+    const JobRecord& record,
+    const std::map<std::string, v1::WorkerInfo>& workers) {
+  if (!record.plan.has_value()) return std::nullopt;
+  const std::string& id = record.job.id();
+  for (int s = 0; s < record.plan->stages_size(); ++s) {
+    const std::string& worker_id = record.plan->stages(s).worker_id();
+    auto w = workers.find(worker_id);
+    if (w == workers.end() || w->second.state() == v1::WORKER_STATE_LOST) {
+      return absl::StrCat("worker ", worker_id, " of stage ", s, " was lost");
+    }
+    if (w->second.job_id() != id) {
+      return absl::StrCat("worker ", worker_id, " of stage ", s,
+                          " no longer runs this job (it restarted)");
+    }
+    const v1::StageReport& r = record.reports[s];
+    if (r.job_id() == id && r.status().state() == v1::STAGE_STATE_FAILED) {
+      return absl::StrCat("stage ", s, " failed: ", r.status().error());
+    }
+  }
+  return std::nullopt;
+}
+
+bool StagesDone(const JobRecord& record) {
+  if (!record.plan.has_value() || record.job.state() != v1::JOB_STATE_RUNNING) {
+    return false;
+  }
+  for (const v1::StageReport& r : record.reports) {
+    if (r.job_id() != record.job.id() ||
+        r.status().state() != v1::STAGE_STATE_DONE ||
+        r.status().next_step() < record.job.total_steps()) {
+      return false;
+    }
+  }
+  return !record.reports.empty();
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,51 @@
+// How a job's progress is read from its stages' heartbeat reports, and what
+// the control loop concludes from it: the ledger entries, step, committed
+// version, loss, throughput and periodic evaluations a report brings, and
+// whether the job is done or has failed.
+//
+// Pure functions over a JobRecord; the caller guards the record.
+#ifndef PIPETRAIN_SCHEDULER_JOB_PROGRESS_H_
+#define PIPETRAIN_SCHEDULER_JOB_PROGRESS_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipetrain/v1/scheduler.pb.h"
+#include "scheduler/job_table.h"
+
+namespace pipetrain {
+
+struct ReportEffects {
+  // False when the report was ignored (unknown stage, another worker's
+  // stage, no plan, or the job ended): nothing changed.
+  bool applied = false;
+  // (stage, step, weight version) of every step result, for the ledger.
+  std::vector<v1::VersionEntry> ledger;
+  // Periodic evaluations added to Job.evaluations.
+  int new_evaluations = 0;
+};
+
+// Applies `report`, sent by worker `worker_id`, to the job in `record`.
+ReportEffects ApplyStageReport(const std::string& worker_id,
+                               const v1::StageReport& report, int64_t now_ms,
+                               JobRecord* record);
+
+// Appends an evaluation (periodic, on request or final) to Job.evaluations
+// and makes it Job.eval, the latest.
+void RecordEvaluation(const v1::EvalResult& eval, JobRecord* record);
+
+// Why a RUNNING or PAUSED job has failed (a planned worker lost or taken by
+// another job, a stage reporting FAILED), or nullopt. `workers` by id.
+std::optional<std::string> JobFailure(
+    const JobRecord& record,
+    const std::map<std::string, v1::WorkerInfo>& workers);
+
+// True when every stage of a RUNNING job reported DONE at the last step.
+bool StagesDone(const JobRecord& record);
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_SCHEDULER_JOB_PROGRESS_H_

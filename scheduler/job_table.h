@@ -1,0 +1,86 @@
+// JobTable: the jobs the scheduler knows, their plans and latest stage
+// reports, moved only along the job state machine (scheduler/job_state.h)
+// and queued for persistence on every change.
+//
+// Not thread-safe: SchedulerCore owns it and guards it with its mutex.
+// Persistence is only queued here (StateWriter); nothing in this class does
+// I/O, so it is cheap to use under that lock.
+#ifndef PIPETRAIN_SCHEDULER_JOB_TABLE_H_
+#define PIPETRAIN_SCHEDULER_JOB_TABLE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pipetrain/v1/scheduler.pb.h"
+#include "scheduler/state_writer.h"
+
+namespace pipetrain {
+
+// One job as the scheduler tracks it.
+struct JobRecord {
+  v1::Job job;
+  // Set once planned; cleared when an interrupted launch is reset.
+  std::optional<v1::Plan> plan;
+  // Latest report per planned stage, step results stripped.
+  std::vector<v1::StageReport> reports;
+  // The last stage's recent step times, newest last (throughput).
+  std::deque<double> recent_step_seconds;
+  // Highest step of a periodic evaluation taken from a report, so that a
+  // report repeated by a retried heartbeat adds nothing.
+  int64_t last_reported_eval_step = -1;
+  // An action (start, finish, fail, reset, pause, resume, cancel, evaluate)
+  // drives the job's stages off the lock; no other action may begin.
+  bool busy = false;
+
+  // The planned stages' worker addresses, stage order; empty without a plan.
+  std::vector<std::string> Addresses() const;
+};
+
+class JobTable {
+ public:
+  // `writer` is borrowed and may be null (nothing persisted).
+  explicit JobTable(StateWriter* writer);
+
+  // Rebuilds the table from what a previous scheduler persisted. Jobs keep
+  // their state (a PLANNING one is reset by the scheduler, which must stop
+  // the stages it may have configured); a PENDING job's stored plan is
+  // stale and dropped. New ids continue after the highest loaded one.
+  void Restore(std::vector<v1::Job> jobs,
+               std::map<std::string, v1::Plan> plans);
+
+  // A new PENDING job ("job-N"), queued for persistence.
+  JobRecord* Add(const v1::JobSpec& spec, int64_t now_ms);
+  // NotFound naming the id.
+  absl::StatusOr<JobRecord*> Find(const std::string& id);
+  // Ids in submission order.
+  const std::vector<std::string>& ids() const { return order_; }
+  size_t size() const { return order_.size(); }
+
+  // Moves `record` to `to` when the state machine allows it (and queues
+  // it); FailedPrecondition naming both states otherwise, with nothing
+  // changed.
+  absl::Status Transition(JobRecord* record, v1::JobState to, int64_t now_ms);
+  // Sets the plan (one empty report per stage) and queues it.
+  void SetPlan(JobRecord* record, v1::Plan plan);
+  // Forgets the plan and the stage reports (the stored plan stays until a
+  // new one replaces it; Restore ignores it while the job is PENDING).
+  void ClearPlan(JobRecord* record);
+  // Queues the job's current record (after progress or an evaluation).
+  void Save(const JobRecord& record);
+
+ private:
+  StateWriter* const writer_;  // borrowed, may be null
+  std::map<std::string, std::unique_ptr<JobRecord>> jobs_;
+  std::vector<std::string> order_;
+  int64_t next_id_ = 1;
+};
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_SCHEDULER_JOB_TABLE_H_

@@ -1,0 +1,353 @@
+#include "scheduler/plan_builder.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace pipetrain {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+MemoryModel MemoryFor(const v1::JobSpec& spec) {
+  if (spec.training().rematerialize()) return MemoryModel::kRematerialized;
+  // ZB-H1 holds as many micro-batches as 1F1B (until their B pass).
+  return spec.schedule() == v1::SCHEDULE_1F1B_FLUSH ||
+                 spec.schedule() == v1::SCHEDULE_ZB_H1 ||
+                 spec.schedule() == v1::SCHEDULE_ASYNC_1F1B ||
+                 spec.schedule() == v1::SCHEDULE_2BW
+             ? MemoryModel::kOneFOneB
+             : MemoryModel::kGPipe;
+}
+
+double OptimizerStateFactor(const v1::OptimizerSpec& o) {
+  if (o.has_adamw()) return 2.0;
+  return o.has_sgd() && o.sgd().momentum() != 0 ? 1.0 : 0.0;
+}
+
+int64_t MicroBatches(const v1::JobSpec& spec) {
+  return std::max<int64_t>(1, spec.training().micro_batches());
+}
+
+// Interleaving: the worker count K for `workers` idle workers (the largest
+// that divides M and leaves every one of the K * v chunks a layer).
+int InterleavedStageCount(const v1::JobSpec& spec, int workers, int v) {
+  if (spec.num_stages() > 0) return spec.num_stages();
+  const int64_t m = MicroBatches(spec);
+  const int layers = spec.training().model().layers_size();
+  for (int k = std::min(workers, layers / v); k > 1; --k) {
+    if (m % k == 0) return k;
+  }
+  return 1;
+}
+
+// Cuts `layers` into `chunks` contiguous non-empty ranges of about equal
+// compute, as boundaries b[0] = 0 < ... < b[chunks] = layers: each cut is
+// the boundary nearest its share of the total (not the first one past it,
+// which rounding in the prefix sums can push one layer too far).
+std::vector<int> BalancedCuts(const std::vector<LayerCost>& layers,
+                              int chunks) {
+  const int n = static_cast<int>(layers.size());
+  std::vector<double> prefix(n + 1, 0.0);
+  for (int i = 0; i < n; ++i) {
+    prefix[i + 1] =
+        prefix[i] + layers[i].forward_seconds + layers[i].backward_seconds;
+  }
+  std::vector<int> cuts = {0};
+  for (int j = 1; j < chunks; ++j) {
+    const double target = prefix[n] * j / chunks;
+    int b = cuts.back() + 1;
+    while (b < n - (chunks - j) &&
+           prefix[b + 1] - target < target - prefix[b]) {
+      ++b;
+    }
+    cuts.push_back(b);
+  }
+  cuts.push_back(n);
+  return cuts;
+}
+
+std::vector<int> EvenCuts(int layers, int chunks) {
+  std::vector<int> cuts = {0};
+  for (const StageAssignment& s : EvenSplit(layers, chunks)) {
+    cuts.push_back(s.layer_end);
+  }
+  return cuts;
+}
+
+PlanRequest BuildRequest(const PlanInputs& in) {
+  PlanRequest request;
+  for (const v1::LayerProfile& l : in.profile.layers()) {
+    LayerCost c;
+    c.forward_seconds = l.forward_seconds();
+    c.backward_seconds = l.backward_seconds();
+    c.activation_bytes = l.activation_bytes();
+    c.parameter_bytes = l.parameter_bytes();
+    request.layers.push_back(c);
+  }
+  const double reference = in.workers[0].gemm_gflops();
+  for (const v1::WorkerInfo& w : in.workers) {
+    PlannerWorker p;
+    p.id = w.id();
+    p.speed = reference > 0 && w.gemm_gflops() > 0 ? w.gemm_gflops() / reference
+                                                   : 1.0;
+    p.memory_bytes = w.memory_bytes();
+    auto zone = w.labels().find("zone");
+    p.zone = zone == w.labels().end() ? "" : zone->second;
+    request.workers.push_back(p);
+  }
+  request.topology = in.topology;
+  request.micro_batches = static_cast<int>(MicroBatches(in.spec));
+  request.num_stages = in.spec.num_stages();
+  request.memory = MemoryFor(in.spec);
+  request.optimizer_state_factor =
+      OptimizerStateFactor(in.spec.training().optimizer());
+  return request;
+}
+
+// What one worker holds and does per micro-batch.
+struct WorkerLoad {
+  std::vector<v1::LayerRange> chunks;
+  double compute_seconds = 0;
+  double transfer_seconds = 0;
+  double memory_bytes = 0;
+};
+
+// The K * v virtual stages [cuts[j], cuts[j + 1]), virtual stage j on
+// worker order[j % K], evaluated with the planner's cost model (one
+// unlimited copy of the worker per chunk, so the wrap-around link and each
+// chunk's memory are priced as the pipeline runs them) and summed per
+// worker.
+absl::StatusOr<std::vector<WorkerLoad>> ChunkLoads(
+    const PlanRequest& request, const std::vector<int>& order,
+    const std::vector<int>& cuts) {
+  const int k = static_cast<int>(order.size());
+  const int chunks = static_cast<int>(cuts.size()) - 1;
+  PlanRequest virtual_request = request;
+  virtual_request.workers.clear();
+  std::vector<StageAssignment> placement;
+  for (int j = 0; j < chunks; ++j) {
+    PlannerWorker w = request.workers[order[j % k]];
+    w.id = absl::StrCat(w.id, "#", j);
+    w.memory_bytes = 0;
+    virtual_request.workers.push_back(w);
+    placement.push_back({cuts[j], cuts[j + 1], j});
+  }
+  virtual_request.num_stages = chunks;
+  ASSIGN_OR_RETURN(PipelinePlan evaluated,
+                   EvaluatePlacement(virtual_request, placement));
+  std::vector<WorkerLoad> loads(k);
+  for (int j = 0; j < chunks; ++j) {
+    const StageAssignment& a = evaluated.stages[j];
+    WorkerLoad& load = loads[j % k];
+    v1::LayerRange range;
+    range.set_begin(a.layer_begin);
+    range.set_end(a.layer_end);
+    load.chunks.push_back(range);
+    load.compute_seconds += a.compute_seconds;
+    load.transfer_seconds += a.transfer_seconds;
+    load.memory_bytes += static_cast<double>(a.memory_bytes);
+  }
+  return loads;
+}
+
+double Bottleneck(const std::vector<WorkerLoad>& loads, int* stage) {
+  double worst = -1;
+  for (size_t s = 0; s < loads.size(); ++s) {
+    const double t = loads[s].compute_seconds + loads[s].transfer_seconds;
+    if (t > worst) {
+      worst = t;
+      if (stage != nullptr) *stage = static_cast<int>(s);
+    }
+  }
+  return worst;
+}
+
+std::string RangesText(const std::vector<v1::LayerRange>& chunks) {
+  std::string out;
+  for (const v1::LayerRange& r : chunks) {
+    absl::StrAppend(&out, out.empty() ? "" : " ", "[", r.begin(), ", ", r.end(),
+                    ")");
+  }
+  return out;
+}
+
+v1::PlannedStage* AddStage(const v1::WorkerInfo& worker, int stage,
+                           v1::Plan* plan) {
+  v1::PlannedStage* p = plan->add_stages();
+  p->set_stage(stage);
+  p->set_worker_id(worker.id());
+  p->set_worker_address(worker.address());
+  p->set_memory_limit_bytes(worker.memory_bytes());
+  return p;
+}
+
+// Contiguous stages, as the planner placed them.
+void FillContiguous(const PlanInputs& in, const PlanRequest& request,
+                    const PipelinePlan& planned, v1::Plan* out) {
+  const int k = static_cast<int>(planned.stages.size());
+  for (int s = 0; s < k; ++s) {
+    const StageAssignment& a = planned.stages[s];
+    v1::PlannedStage* p = AddStage(in.workers[a.worker], s, out);
+    p->set_layer_begin(a.layer_begin);
+    p->set_layer_end(a.layer_end);
+    p->set_compute_seconds(a.compute_seconds);
+    p->set_transfer_seconds(a.transfer_seconds);
+    p->set_memory_bytes(a.memory_bytes);
+  }
+  out->set_bottleneck_seconds(planned.bottleneck_seconds);
+  out->set_bottleneck_stage(planned.bottleneck_stage);
+  // The same workers with an even split of the layers, for comparison.
+  std::vector<StageAssignment> even =
+      EvenSplit(static_cast<int>(request.layers.size()), k);
+  for (int s = 0; s < static_cast<int>(even.size()); ++s) {
+    even[s].worker = planned.stages[s].worker;
+  }
+  auto evaluated = EvaluatePlacement(request, even);
+  if (evaluated.ok()) {
+    out->set_even_split_bottleneck_seconds(evaluated->bottleneck_seconds);
+  }
+  out->set_explanation(planned.explanation);
+}
+
+std::string MemoryError(const v1::WorkerInfo& worker, int stage,
+                        const WorkerLoad& load) {
+  return absl::StrFormat(
+      "worker %s (stage %d) cannot hold its chunks %s: they need %d bytes "
+      "(%.1f MiB), it has %d bytes (%.1f MiB)",
+      worker.id(), stage, RangesText(load.chunks),
+      static_cast<int64_t>(load.memory_bytes), load.memory_bytes / kMiB,
+      worker.memory_bytes(), worker.memory_bytes() / kMiB);
+}
+
+// Interleaved: the planner's workers in its order, each holding v chunks.
+absl::Status FillInterleaved(const PlanInputs& in, const PlanRequest& request,
+                             const PipelinePlan& planned, int v,
+                             v1::Plan* out) {
+  std::vector<int> order;
+  for (const StageAssignment& a : planned.stages) order.push_back(a.worker);
+  const int k = static_cast<int>(order.size());
+  const std::vector<int> cuts = BalancedCuts(request.layers, k * v);
+  ASSIGN_OR_RETURN(std::vector<WorkerLoad> loads,
+                   ChunkLoads(request, order, cuts));
+  std::string text = absl::StrCat("interleaved: ", k, " workers x ", v,
+                                  " chunks of equal compute; worker s holds "
+                                  "chunks s, K + s, ...\n");
+  for (int s = 0; s < k; ++s) {
+    const v1::WorkerInfo& worker = in.workers[order[s]];
+    const WorkerLoad& load = loads[s];
+    if (worker.memory_bytes() > 0 &&
+        load.memory_bytes > worker.memory_bytes()) {
+      return absl::FailedPreconditionError(MemoryError(worker, s, load));
+    }
+    v1::PlannedStage* p = AddStage(worker, s, out);
+    for (const v1::LayerRange& r : load.chunks) *p->add_chunks() = r;
+    p->set_compute_seconds(load.compute_seconds);
+    p->set_transfer_seconds(load.transfer_seconds);
+    p->set_memory_bytes(static_cast<int64_t>(load.memory_bytes));
+    absl::StrAppendFormat(
+        &text,
+        "stage %d on %s: layers %s, %.3f ms compute + %.3f ms "
+        "transfer per micro-batch, %.1f MiB\n",
+        s, worker.id(), RangesText(load.chunks), 1e3 * load.compute_seconds,
+        1e3 * load.transfer_seconds, load.memory_bytes / kMiB);
+  }
+  int stage = 0;
+  out->set_bottleneck_seconds(Bottleneck(loads, &stage));
+  out->set_bottleneck_stage(stage);
+  auto even = ChunkLoads(
+      request, order, EvenCuts(static_cast<int>(request.layers.size()), k * v));
+  if (even.ok()) {
+    out->set_even_split_bottleneck_seconds(Bottleneck(*even, nullptr));
+  }
+  out->set_explanation(text);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int ChunksPerWorker(const v1::JobSpec& spec) {
+  if (spec.schedule() != v1::SCHEDULE_INTERLEAVED) return 1;
+  return spec.virtual_stages() > 0 ? spec.virtual_stages() : 2;
+}
+
+absl::Status CheckJobSpec(const v1::JobSpec& spec, int alive_workers) {
+  const int layers = spec.training().model().layers_size();
+  if (spec.num_stages() < 0) {
+    return absl::InvalidArgumentError("spec.num_stages: must be >= 0");
+  }
+  if (spec.num_stages() > layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.num_stages: ", spec.num_stages(),
+                     " stages for a model of ", layers, " layers"));
+  }
+  if (spec.num_stages() > alive_workers) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job needs ", spec.num_stages(), " workers but only ",
+                     alive_workers, " are registered"));
+  }
+  if (spec.vertical_sync() && spec.schedule() != v1::SCHEDULE_ASYNC_1F1B) {
+    return absl::InvalidArgumentError(
+        "spec.vertical_sync: only applies to SCHEDULE_ASYNC_1F1B");
+  }
+  if (spec.schedule() != v1::SCHEDULE_INTERLEAVED) {
+    if (spec.virtual_stages() > 1) {
+      return absl::InvalidArgumentError(
+          "spec.virtual_stages: only applies to SCHEDULE_INTERLEAVED");
+    }
+    return absl::OkStatus();
+  }
+  const int v = ChunksPerWorker(spec);
+  const int k = spec.num_stages();
+  if (v < 2) {
+    return absl::InvalidArgumentError(
+        "spec.virtual_stages: interleaving needs at least 2 chunks per worker");
+  }
+  if (k > 0 && (MicroBatches(spec) % k != 0 || layers < k * v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.num_stages: interleaving ", k, " workers x ", v,
+                     " chunks needs micro_batches divisible by ", k,
+                     " and at least ", k * v, " layers"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
+  if (in.workers.empty()) {
+    return absl::InvalidArgumentError("no workers to plan on");
+  }
+  PlanRequest request = BuildRequest(in);
+  const int v = ChunksPerWorker(in.spec);
+  PlanRequest search = request;
+  if (v > 1) {
+    // The planner picks the workers and their order for K contiguous
+    // stages; memory is checked on the chunks they will really hold.
+    search.num_stages =
+        InterleavedStageCount(in.spec, static_cast<int>(in.workers.size()), v);
+    for (PlannerWorker& w : search.workers) w.memory_bytes = 0;
+  }
+  ASSIGN_OR_RETURN(PipelinePlan planned, PlanPipeline(search));
+  v1::Plan out;
+  out.set_job_id(in.job_id);
+  if (v > 1) {
+    RETURN_IF_ERROR(FillInterleaved(in, request, planned, v, &out));
+  } else {
+    FillContiguous(in, request, planned, &out);
+  }
+  // The schedule sets the bubble: a step is M bottleneck micro-batches of
+  // work stretched by it (GPipe: (M + K - 1) * bottleneck).
+  const int k = out.stages_size();
+  const double bubble = in.bubble ? in.bubble(k) : 0.0;
+  out.set_predicted_bubble(bubble);
+  out.set_predicted_step_seconds(request.micro_batches *
+                                 out.bottleneck_seconds() / (1.0 - bubble));
+  out.set_explanation(absl::StrCat("profiled on ", in.workers[0].id(), " (",
+                                   in.profile.device(), ")\n",
+                                   out.explanation()));
+  return out;
+}
+
+}  // namespace pipetrain

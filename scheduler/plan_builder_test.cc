@@ -1,0 +1,156 @@
+#include "scheduler/plan_builder.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pipetrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Every layer: 1 ms forward, 2 ms backward, 1 KiB out, 4 KiB of weights.
+v1::ProfileResponse Profile(int layers) {
+  v1::ProfileResponse p;
+  p.set_device("test");
+  for (int l = 0; l < layers; ++l) {
+    v1::LayerProfile* layer = p.add_layers();
+    layer->set_layer(l);
+    layer->set_forward_seconds(0.001);
+    layer->set_backward_seconds(0.002);
+    layer->set_activation_bytes(1024);
+    layer->set_parameter_bytes(4096);
+  }
+  return p;
+}
+
+PlanInputs Inputs(int layers, int workers, int stages, int64_t memory) {
+  PlanInputs in;
+  in.job_id = "job-1";
+  in.spec.set_num_stages(stages);
+  in.spec.mutable_training()->set_micro_batches(4);
+  for (int l = 0; l < layers; ++l) {
+    in.spec.mutable_training()->mutable_model()->add_layers();
+  }
+  in.profile = Profile(layers);
+  for (int w = 0; w < workers; ++w) {
+    v1::WorkerInfo info;
+    info.set_id("w-" + std::to_string(w));
+    info.set_address("10.0.0." + std::to_string(w) + ":7000");
+    info.set_memory_bytes(memory);
+    info.set_gemm_gflops(10);
+    in.workers.push_back(info);
+  }
+  in.bubble = [](int k) { return (k - 1) / (4.0 + k - 1); };
+  return in;
+}
+
+TEST(BuildPlanTest, ContiguousStagesWithThePredictedStep) {
+  auto plan = BuildPlan(Inputs(6, 3, 3, 0));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages_size(), 3);
+  int next = 0;
+  for (const v1::PlannedStage& s : plan->stages()) {
+    EXPECT_EQ(s.layer_begin(), next);
+    EXPECT_EQ(s.layer_end(), next + 2);
+    EXPECT_EQ(s.chunks_size(), 0);
+    EXPECT_NEAR(s.compute_seconds(), 0.006, 1e-12);
+    next = s.layer_end();
+  }
+  EXPECT_EQ(plan->job_id(), "job-1");
+  // GPipe on K = 3, M = 4: M * bottleneck / (1 - bubble), bubble 2/6.
+  EXPECT_NEAR(plan->predicted_bubble(), 2.0 / 6, 1e-12);
+  EXPECT_NEAR(plan->predicted_step_seconds(),
+              4 * plan->bottleneck_seconds() / (1 - 2.0 / 6), 1e-12);
+  EXPECT_NEAR(plan->even_split_bottleneck_seconds(), plan->bottleneck_seconds(),
+              1e-12);
+  EXPECT_THAT(plan->explanation(), HasSubstr("profiled on w-0 (test)"));
+}
+
+TEST(BuildPlanTest, InterleavedWorkersHoldChunksSAndKPlusS) {
+  PlanInputs in = Inputs(8, 2, 2, 1 << 20);
+  in.spec.set_schedule(v1::SCHEDULE_INTERLEAVED);
+  in.spec.set_virtual_stages(2);
+  auto plan = BuildPlan(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages_size(), 2);
+  const int want[2][2][2] = {{{0, 2}, {4, 6}}, {{2, 4}, {6, 8}}};
+  for (int s = 0; s < 2; ++s) {
+    const v1::PlannedStage& stage = plan->stages(s);
+    ASSERT_EQ(stage.chunks_size(), 2);
+    for (int c = 0; c < 2; ++c) {
+      EXPECT_EQ(stage.chunks(c).begin(), want[s][c][0]) << s << "/" << c;
+      EXPECT_EQ(stage.chunks(c).end(), want[s][c][1]) << s << "/" << c;
+    }
+    // No contiguous span that would include the other worker's layers.
+    EXPECT_EQ(stage.layer_begin(), 0);
+    EXPECT_EQ(stage.layer_end(), 0);
+    // Two chunks of two layers, 3 ms each.
+    EXPECT_NEAR(stage.compute_seconds(), 0.012, 1e-12);
+    EXPECT_EQ(stage.memory_limit_bytes(), 1 << 20);
+  }
+  // Memory by hand (GPipe model, no optimizer state: weights and gradients,
+  // plus M = 4 micro-batches of the chunk's activations and input): a chunk
+  // is 2 * 8192 + 4 * (2048 + input), input 1024 except for layer 0.
+  EXPECT_EQ(plan->stages(0).memory_bytes(),
+            (16384 + 4 * 2048) + (16384 + 4 * 3072));
+  EXPECT_EQ(plan->stages(1).memory_bytes(), 2 * (16384 + 4 * 3072));
+  // Worker 0 sends down from chunk [0, 2) and from [4, 6); worker 1 from
+  // [2, 4) around the ring to worker 0; [6, 8) ends the pipeline. 1 KiB
+  // down and back over the intra-zone link (10 GB/s).
+  const double hop = 2 * 1024 / 10e9;
+  EXPECT_NEAR(plan->stages(0).transfer_seconds(), 2 * hop, 1e-15);
+  EXPECT_NEAR(plan->stages(1).transfer_seconds(), hop, 1e-15);
+  EXPECT_EQ(plan->bottleneck_stage(), 0);
+  EXPECT_NEAR(plan->bottleneck_seconds(), 0.012 + 2 * hop, 1e-15);
+  EXPECT_THAT(plan->explanation(), HasSubstr("layers [0, 2) [4, 6)"));
+}
+
+TEST(BuildPlanTest, AnInterleavedWorkerThatCannotHoldItsChunksFailsThePlan) {
+  PlanInputs in = Inputs(8, 2, 2, 50000);
+  in.spec.set_schedule(v1::SCHEDULE_INTERLEAVED);
+  auto plan = BuildPlan(in);
+  ASSERT_TRUE(absl::IsFailedPrecondition(plan.status())) << plan.status();
+  EXPECT_THAT(std::string(plan.status().message()),
+              HasSubstr("worker w-0 (stage 0) cannot hold its chunks [0, 2) "
+                        "[4, 6): they need 53248 bytes"));
+  EXPECT_THAT(std::string(plan.status().message()),
+              HasSubstr("it has 50000 bytes"));
+  // Enough for worker 0's 53248 but not worker 1's 57344.
+  in = Inputs(8, 2, 2, 55000);
+  in.spec.set_schedule(v1::SCHEDULE_INTERLEAVED);
+  plan = BuildPlan(in);
+  ASSERT_TRUE(absl::IsFailedPrecondition(plan.status()));
+  EXPECT_THAT(std::string(plan.status().message()),
+              HasSubstr("worker w-1 (stage 1) cannot hold its chunks [2, 4) "
+                        "[6, 8): they need 57344 bytes"));
+}
+
+TEST(CheckJobSpecTest, RejectsWhatCannotBePlanned) {
+  v1::JobSpec spec;
+  for (int l = 0; l < 4; ++l) {
+    spec.mutable_training()->mutable_model()->add_layers();
+  }
+  spec.mutable_training()->set_micro_batches(4);
+  EXPECT_TRUE(CheckJobSpec(spec, 1).ok());
+  spec.set_num_stages(5);
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckJobSpec(spec, 9)));
+  spec.set_num_stages(3);
+  EXPECT_TRUE(absl::IsFailedPrecondition(CheckJobSpec(spec, 2)));
+  spec.set_num_stages(2);
+  spec.set_vertical_sync(true);
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckJobSpec(spec, 2)));
+  spec.set_vertical_sync(false);
+  spec.set_virtual_stages(2);
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckJobSpec(spec, 2)));
+  spec.set_schedule(v1::SCHEDULE_INTERLEAVED);
+  EXPECT_TRUE(CheckJobSpec(spec, 2).ok());
+  EXPECT_EQ(ChunksPerWorker(spec), 2);
+  spec.set_num_stages(3);  // 3 x 2 chunks > 4 layers, and 3 does not divide 4
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckJobSpec(spec, 3)));
+  spec.set_num_stages(2);
+  spec.set_virtual_stages(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckJobSpec(spec, 2)));
+}
+
+}  // namespace
+}  // namespace pipetrain

@@ -1,0 +1,113 @@
+// SchedulerCore on a persistent data directory: what reaches the disk and
+// when, and restarts of the scheduler process.
+#include <chrono>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/scheduler_core.h"
+#include "scheduler/scheduler_core_test_fixture.h"
+#include "scheduler/state_store.h"
+
+namespace pipetrain {
+namespace testing_core {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Network handlers only queue their writes; the control loop writes them.
+// (A reader on a second connection sees the database as a restarted
+// scheduler would.)
+TEST_F(SchedulerCoreTest, HeartbeatsAndSubmissionsOnlyQueueTheirWrites) {
+  TempDir dir;
+  core_ = MakeCore(&control_, dir.path());
+  AddWorkers(3);
+  auto reader = StateStore::Open(dir.path());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const v1::Job job = Submit(Spec(3, 8));
+  EXPECT_TRUE((*reader)->LoadJobs()->empty());
+  core_->Tick();  // writes the job, starts it
+  ASSERT_EQ((*reader)->LoadJobs()->size(), 1u);
+  control_.Advance(2);
+  Heartbeats();
+  EXPECT_TRUE((*reader)->LoadVersions(job.id(), 0)->empty());
+  EXPECT_EQ((*reader)->LoadJobs()->at(0).step(), 0);
+  core_->Tick();
+  EXPECT_EQ((*reader)->LoadVersions(job.id(), 0)->size(), 3u * 2);
+  EXPECT_EQ((*reader)->LoadJobs()->at(0).step(), 2);
+}
+
+// A scheduler that stops while it launches a job leaves the job PLANNING
+// and its planned workers ASSIGNED on disk. The next scheduler stops those
+// stages, frees the workers, and starts the job again.
+TEST_F(SchedulerCoreTest, ARestartDuringLaunchResetsTheJobAndStartsItAgain) {
+  TempDir dir;
+  core_ = MakeCore(&control_, dir.path(), /*action_threads=*/true);
+  AddWorkers(3);
+  control_.HoldNext(Method::kTrain, "");
+  const v1::Job job = Submit(Spec(3, 4));
+  core_->Tick();
+  ASSERT_TRUE(control_.WaitUntilHeld(std::chrono::seconds(10)));
+  const std::vector<std::string> first_plan = PlannedAddresses(job.id());
+
+  // The second scheduler process starts from what the first one wrote.
+  FakeStageControl second_control;
+  second_control.SetEvalResult(v1::EvalResult());
+  std::unique_ptr<SchedulerCore> second = MakeCore(&second_control, dir.path());
+  ASSERT_NE(second, nullptr);
+  // The first one never finishes its launch: end it without a trace.
+  control_.Release(absl::UnavailableError("scheduler killed"));
+  core_.reset();
+
+  EXPECT_EQ(Job(job.id(), second.get()).state(), v1::JOB_STATE_PLANNING);
+  for (const auto& [id, state] : WorkerStates(second.get())) {
+    EXPECT_EQ(state, v1::WORKER_STATE_ASSIGNED) << id;
+  }
+  Heartbeats(second.get());
+  second->Tick();  // reset
+  EXPECT_EQ(Job(job.id(), second.get()).state(), v1::JOB_STATE_PENDING);
+  const auto stops = second_control.CallsOf(Method::kStop);
+  EXPECT_EQ(AddressSet(stops),
+            std::set<std::string>(first_plan.begin(), first_plan.end()));
+  EXPECT_TRUE(AllIdle(second.get()));
+
+  second->Tick();  // started again
+  EXPECT_EQ(Job(job.id(), second.get()).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(second_control.CallsOf(Method::kTrain).size(), 3u);
+  second.reset();
+  // And that is what a third process finds.
+  std::unique_ptr<SchedulerCore> third = MakeCore(&second_control, dir.path());
+  EXPECT_EQ(Job(job.id(), third.get()).state(), v1::JOB_STATE_RUNNING);
+  for (const auto& [id, state] : WorkerStates(third.get())) {
+    EXPECT_EQ(state, v1::WORKER_STATE_ASSIGNED) << id;
+  }
+}
+
+TEST_F(SchedulerCoreTest, JobsAndLedgerSurviveARestart) {
+  TempDir dir;
+  core_ = MakeCore(&control_, dir.path());
+  const v1::Job job = RunningJob(4);
+  Train(4);
+  ASSERT_EQ(Job(job.id()).state(), v1::JOB_STATE_COMPLETED);
+  core_.reset();
+  core_ = MakeCore(&control_, dir.path());
+  const v1::Job loaded = Job(job.id());
+  EXPECT_EQ(loaded.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_EQ(loaded.evaluations_size(), 1);
+  v1::GetVersionsRequest versions;
+  versions.set_job_id(job.id());
+  auto history = core_->GetVersions(versions);
+  ASSERT_TRUE(history.ok()) << history.status();
+  EXPECT_EQ(history->history_size(), 3 * 4);
+  EXPECT_TRUE(AllIdle());
+  // New ids continue after the loaded ones.
+  EXPECT_EQ(Submit(Spec(1, 1)).id(), "job-2");
+}
+
+}  // namespace
+}  // namespace testing_core
+}  // namespace pipetrain

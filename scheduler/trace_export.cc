@@ -1,0 +1,162 @@
+#include "scheduler/trace_export.h"
+
+#include <algorithm>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pipetrain {
+namespace {
+
+struct OpInfo {
+  TraceOp op;
+  const char* name;
+  const char* category;
+};
+
+// The one table of op names and categories.
+constexpr OpInfo kOps[] = {
+    {TraceOp::kLoadInput, "Load", "data"},
+    {TraceOp::kRecvActivation, "RecvA", "transfer"},
+    {TraceOp::kForward, "F", "forward"},
+    {TraceOp::kSendActivation, "SendA", "transfer"},
+    {TraceOp::kLoss, "Loss", "loss"},
+    {TraceOp::kRecvGradient, "RecvG", "transfer"},
+    {TraceOp::kBackward, "B", "backward"},
+    {TraceOp::kBackwardInput, "BI", "backward-input"},
+    {TraceOp::kBackwardWeight, "W", "backward-weight"},
+    {TraceOp::kSendGradient, "SendG", "transfer"},
+    {TraceOp::kOptimizerStep, "Step", "optimizer"},
+};
+
+const OpInfo& InfoOf(TraceOp op) {
+  for (const OpInfo& info : kOps) {
+    if (info.op == op) return info;
+  }
+  return kOps[std::size(kOps) - 1];  // unreachable: every op is listed
+}
+
+// A JSON string literal (quotes included) for `text`.
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppendFormat(&out, "\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string RangeText(int begin, int end) {
+  return absl::StrCat("[", begin, ", ", end, ")");
+}
+
+// "layers [0, 2) on w-1", or "layers [0, 1) [2, 3) on w-1" with chunks.
+std::string StageLabel(const v1::PlannedStage& s) {
+  std::string layers;
+  if (s.chunks_size() == 0) {
+    layers = RangeText(s.layer_begin(), s.layer_end());
+  }
+  for (const v1::LayerRange& r : s.chunks()) {
+    absl::StrAppend(&layers, layers.empty() ? "" : " ",
+                    RangeText(r.begin(), r.end()));
+  }
+  return absl::StrCat("stage ", s.stage(), ": layers ", layers, " on ",
+                      s.worker_id());
+}
+
+void AppendMetadata(const v1::Plan& plan, std::vector<std::string>* events) {
+  for (const v1::PlannedStage& s : plan.stages()) {
+    events->push_back(absl::StrFormat(
+        "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{"
+        "\"name\":%s}}",
+        s.stage(), JsonString(StageLabel(s))));
+    const int chunks = std::max(1, s.chunks_size());
+    for (int c = 0; c < chunks; ++c) {
+      const std::string name =
+          s.chunks_size() == 0
+              ? std::string("layers ") +
+                    RangeText(s.layer_begin(), s.layer_end())
+              : absl::StrCat("chunk ", c, ": layers ",
+                             RangeText(s.chunks(c).begin(), s.chunks(c).end()));
+      events->push_back(absl::StrFormat(
+          "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+          "\"args\":{\"name\":%s}}",
+          s.stage(), c, JsonString(name)));
+    }
+  }
+}
+
+std::string SpanJson(const TraceSpan& span) {
+  return absl::StrFormat(
+      "{\"name\":%s,\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
+      "\"ts\":%d,\"dur\":%d,\"args\":{\"step\":%d,\"micro_batch\":%d,"
+      "\"weight_version\":%d}}",
+      JsonString(SpanName(span)), TraceOpCategory(span.op), span.stage,
+      span.chunk, span.start_unix_us,
+      std::max<int64_t>(0, span.end_unix_us - span.start_unix_us), span.step,
+      span.micro_batch, span.weight_version);
+}
+
+}  // namespace
+
+absl::StatusOr<TraceOp> ParseTraceOp(absl::string_view name) {
+  for (const OpInfo& info : kOps) {
+    if (name == info.name) return info.op;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown trace op \"", name, "\""));
+}
+
+const char* TraceOpName(TraceOp op) { return InfoOf(op).name; }
+
+const char* TraceOpCategory(TraceOp op) { return InfoOf(op).category; }
+
+absl::StatusOr<TraceSpan> SpanFromEvent(const v1::TraceEvent& event) {
+  absl::StatusOr<TraceOp> op = ParseTraceOp(event.op());
+  if (!op.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage ", event.stage(), " traced ", op.status().message()));
+  }
+  TraceSpan span;
+  span.stage = event.stage();
+  span.chunk = event.chunk();
+  span.step = event.step();
+  span.op = *op;
+  span.micro_batch = event.micro_batch();
+  span.weight_version = event.weight_version();
+  span.start_unix_us = event.start_unix_us();
+  span.end_unix_us = event.end_unix_us();
+  return span;
+}
+
+std::string SpanName(const TraceSpan& span) {
+  if (span.op == TraceOp::kOptimizerStep) return TraceOpName(span.op);
+  return absl::StrCat(TraceOpName(span.op), span.micro_batch);
+}
+
+std::string ChromeTraceJson(const v1::Plan& plan,
+                            const std::vector<TraceSpan>& spans) {
+  std::vector<std::string> events;
+  AppendMetadata(plan, &events);
+  std::vector<const TraceSpan*> ordered;
+  for (const TraceSpan& s : spans) ordered.push_back(&s);
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const TraceSpan* a, const TraceSpan* b) {
+                     return a->start_unix_us < b->start_unix_us;
+                   });
+  for (const TraceSpan* s : ordered) events.push_back(SpanJson(*s));
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+  for (size_t i = 0; i < events.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ",", events[i]);
+  }
+  return out + "]}";
+}
+
+}  // namespace pipetrain

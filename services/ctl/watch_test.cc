@@ -1,0 +1,53 @@
+#include "services/ctl/watch.h"
+
+#include "gtest/gtest.h"
+
+namespace pipetrain {
+namespace ctl {
+namespace {
+
+v1::Job JobWithEvaluations(v1::JobState state, int n) {
+  v1::Job job;
+  job.set_id("job-3");
+  job.set_state(state);
+  for (int i = 1; i <= n; ++i) {
+    v1::EvalResult* e = job.add_evaluations();
+    e->set_step(100 * i);
+    e->set_loss(1.0 / i);
+    e->set_accuracy(0.5 + 0.1 * i);
+    e->set_samples(1000);
+  }
+  if (n > 0) *job.mutable_eval() = job.evaluations(n - 1);
+  return job;
+}
+
+TEST(EvaluationFeed, ShowsTheLatestFirstThenEachNewOneOnce) {
+  EvaluationFeed feed;
+  EXPECT_EQ(feed.NewLines(JobWithEvaluations(v1::JOB_STATE_RUNNING, 2)),
+            std::vector<std::string>{
+                "job-3 evaluation at step 200: loss 0.5000, test accuracy "
+                "70.0% on 1000 samples"});
+  EXPECT_TRUE(
+      feed.NewLines(JobWithEvaluations(v1::JOB_STATE_RUNNING, 2)).empty());
+  EXPECT_EQ(feed.NewLines(JobWithEvaluations(v1::JOB_STATE_PAUSED, 4)),
+            (std::vector<std::string>{
+                "job-3 evaluation at step 300: loss 0.3333, test accuracy "
+                "80.0% on 1000 samples",
+                "job-3 evaluation at step 400: loss 0.2500, test accuracy "
+                "90.0% on 1000 samples"}));
+  // The final evaluation belongs to the summary, not a line of its own.
+  EXPECT_TRUE(
+      feed.NewLines(JobWithEvaluations(v1::JOB_STATE_COMPLETED, 5)).empty());
+}
+
+TEST(EvaluationFeed, NothingBeforeTheFirstEvaluation) {
+  EvaluationFeed feed;
+  EXPECT_TRUE(
+      feed.NewLines(JobWithEvaluations(v1::JOB_STATE_RUNNING, 0)).empty());
+  EXPECT_EQ(feed.NewLines(JobWithEvaluations(v1::JOB_STATE_RUNNING, 1)).size(),
+            1u);
+}
+
+}  // namespace
+}  // namespace ctl
+}  // namespace pipetrain
