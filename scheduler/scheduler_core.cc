@@ -180,8 +180,14 @@ absl::StatusOr<v1::Job> SchedulerCore::SubmitJob(
     std::lock_guard<std::mutex> lock(mu_);
     out = jobs_.Add(spec, Now())->job;
   }
+  // An acknowledged job survives a crash: write it before answering. The
+  // flush runs outside mu_, so heartbeats never wait on this fsync.
+  if (absl::Status saved = writer_.Flush(); !saved.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "job ", out.id(), " could not be saved; try again: ", saved.message()));
+  }
   PT_LOG(INFO) << "submitted " << out.id() << " (" << out.name() << ")";
-  cv_.notify_all();  // the control loop writes it and starts it promptly
+  cv_.notify_all();  // the control loop starts it promptly
   return out;
 }
 
