@@ -19,15 +19,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -55,6 +55,8 @@ double Now() {
 // ---- Receiver (child process) ----
 
 // Decodes frames; acknowledges each whole message with one small frame.
+// gRPC calls the reactions one read and one write at a time, possibly on
+// different threads: mu_ guards the write side they share.
 class SinkReactor : public grpc::ServerGenericBidiReactor {
  public:
   SinkReactor() { StartRead(&in_); }
@@ -69,7 +71,7 @@ class SinkReactor : public grpc::ServerGenericBidiReactor {
       return;
     }
     if (decoded->message.has_value()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (writing_) {
         ++pending_acks_;
       } else {
@@ -80,7 +82,7 @@ class SinkReactor : public grpc::ServerGenericBidiReactor {
     StartRead(&in_);
   }
   void OnWriteDone(bool) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (pending_acks_ > 0) {
       --pending_acks_;
       StartWrite(&ack_);
@@ -94,9 +96,9 @@ class SinkReactor : public grpc::ServerGenericBidiReactor {
   grpc::ByteBuffer in_;
   grpc::ByteBuffer ack_ = EncodeHello("ack", 0);
   FrameAssembler assembler_;
-  std::mutex mu_;
-  bool writing_ = false;
-  int pending_acks_ = 0;
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  int pending_acks_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class SinkService : public grpc::CallbackGenericService {
@@ -161,6 +163,8 @@ void TcpSink(int listen_fd) {
 // ---- Sender (parent process) ----
 
 // Sends `count` messages of `bytes` each; returns seconds until the last ack.
+// Run() blocks its caller while gRPC's threads run the reactions (one read
+// and one write in flight); mu_ guards what both sides read.
 class GrpcSender
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
@@ -189,30 +193,32 @@ class GrpcSender
     StartRead(&ack_);
     WriteNext();
     StartCall();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return acks_ == count_ || failed_; });
-    const double seconds = Now() - start;
-    lock.unlock();
+    double seconds = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      while (acks_ < count_ && !failed_) cv_.Wait(&mu_);
+      seconds = Now() - start;
+    }
     StartWritesDone();
-    std::unique_lock<std::mutex> done(mu_);
-    cv_.wait(done, [this] { return done_; });
+    absl::MutexLock lock(&mu_);
+    while (!done_) cv_.Wait(&mu_);
     return failed_ ? -1 : seconds;
   }
   void OnWriteDone(bool ok) override {
     if (ok) WriteNext();
   }
   void OnReadDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!ok) return;
     ++acks_;
-    cv_.notify_all();
+    cv_.SignalAll();
     if (acks_ < count_) StartRead(&ack_);
   }
   void OnDone(const grpc::Status& s) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     failed_ = failed_ || !s.ok();
     done_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
  private:
@@ -228,11 +234,11 @@ class GrpcSender
   grpc::ByteBuffer current_;
   grpc::ByteBuffer ack_;
   const int count_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int acks_ = 0;
-  bool failed_ = false;
-  bool done_ = false;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  int acks_ ABSL_GUARDED_BY(mu_) = 0;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 double TcpSend(int port, int64_t bytes, int count) {

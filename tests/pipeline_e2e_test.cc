@@ -7,7 +7,9 @@
 #include <cmath>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "services/grpc_util.h"
@@ -240,6 +242,7 @@ TEST_F(PipelineTest, CharTransformerTrainsAcrossTwoAndThreeStages) {
 }
 
 // A raw Exchange stream to a worker, as a misbehaving neighbour would open.
+// Await() blocks the test thread until gRPC has run OnDone on its own.
 class RawStream
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
@@ -259,14 +262,14 @@ class RawStream
     if (ok) StartRead(&in_);
   }
   void OnDone(const grpc::Status& s) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     status_ = s;
     done_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   grpc::Status Await() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return done_; });
+    absl::MutexLock lock(&mu_);
+    while (!done_) cv_.Wait(&mu_);
     return status_;
   }
 
@@ -283,10 +286,10 @@ class RawStream
   std::vector<grpc::ByteBuffer> frames_;
   size_t next_ = 0;
   grpc::ByteBuffer in_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  grpc::Status status_;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 std::vector<grpc::ByteBuffer> Frames(const std::string& job, int stage,
