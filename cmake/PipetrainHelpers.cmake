@@ -4,6 +4,20 @@ include_guard(GLOBAL)
 
 set(PIPETRAIN_WARNINGS -Wall -Wextra -Werror)
 
+# Lock annotations (ABSL_GUARDED_BY, ABSL_EXCLUSIVE_LOCKS_REQUIRED, ...) are
+# checked by the compiler, not by eye: clang's -Wthread-safety, an error
+# like every other warning of a project target. GCC has no such analysis, so
+# asking for it there is a configuration error rather than a silent no-op.
+if(PIPETRAIN_THREAD_SAFETY)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "PIPETRAIN_THREAD_SAFETY=ON needs clang "
+      "(-DCMAKE_CXX_COMPILER=clang++); ${CMAKE_CXX_COMPILER_ID} has no "
+      "-Wthread-safety")
+  endif()
+  list(APPEND PIPETRAIN_WARNINGS -Wthread-safety)
+  message(STATUS "pipetrain: thread-safety analysis ON (-Wthread-safety)")
+endif()
+
 # pipetrain_cc_library(NAME name SRCS ... HDRS ... DEPS ...)
 function(pipetrain_cc_library)
   cmake_parse_arguments(ARG "" "NAME" "SRCS;HDRS;DEPS" ${ARGN})

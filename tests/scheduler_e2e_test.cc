@@ -11,119 +11,22 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "services/grpc_util.h"
 #include "services/http/loopback_http_client.h"
-#include "tests/cluster_harness.h"
-#include "worker/compute/cpu/cpu_backend.h"
+#include "tests/scheduler_cluster.h"
 #include "worker/nn/model.h"
-#include "worker/pipeline/local_trainer.h"
 
 namespace pipetrain::testing {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using testing_http::Send;
-
-v1::TrainingSpec MlpSpec(int64_t steps) {
-  v1::TrainingSpec spec;
-  EXPECT_TRUE(
-      ReadJsonFile(SourcePath("examples/fashion_mnist_mlp.job.json"), &spec)
-          .ok());
-  spec.set_steps(steps);
-  spec.set_epochs(0);
-  return spec;
-}
-
-std::string ToJsonString(const google::protobuf::Message& m) {
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(m, &out);
-  return out;
-}
-
-class SchedulerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto s = StartScheduler(dir_.path(),
-                            {"--lease_seconds=1.5", "--heartbeat_seconds=0.2"});
-    ASSERT_TRUE(s.ok()) << s.status();
-    scheduler_ = std::move(*s);
-    for (int i = 0; i < 3; ++i) {
-      auto w = StartWorker({"--scheduler=" + scheduler_.address,
-                            "--labels=zone=z" + std::to_string(i % 2)});
-      ASSERT_TRUE(w.ok()) << w.status();
-      workers_.push_back(std::move(*w));
-    }
-    ASSERT_TRUE(WaitForWorkers(3, v1::WORKER_STATE_IDLE));
-  }
-
-  v1::ListWorkersResponse ListWorkers() {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(5));
-    v1::ListWorkersResponse r;
-    (void)scheduler_.stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &r);
-    return r;
-  }
-
-  bool WaitForWorkers(int n, v1::WorkerState state, double timeout_s = 20) {
-    const auto deadline =
-        Clock::now() + std::chrono::milliseconds(int(timeout_s * 1000));
-    while (Clock::now() < deadline) {
-      int count = 0;
-      const v1::ListWorkersResponse listed = ListWorkers();
-      for (const auto& w : listed.workers()) count += w.state() == state;
-      if (count >= n) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
-
-  v1::Job GetJob(const std::string& id) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(5));
-    v1::GetJobRequest q;
-    q.set_job_id(id);
-    v1::Job job;
-    (void)scheduler_.stub->GetJob(&ctx, q, &job);
-    return job;
-  }
-
-  v1::Job WaitForState(const std::string& id, v1::JobState want,
-                       double timeout_s = 120) {
-    const auto deadline =
-        Clock::now() + std::chrono::milliseconds(int(timeout_s * 1000));
-    v1::Job job;
-    while (Clock::now() < deadline) {
-      job = GetJob(id);
-      if (job.state() == want || job.state() == v1::JOB_STATE_FAILED)
-        return job;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return job;
-  }
-
-  // The reference: the same spec trained in-process, then evaluated.
-  static void Reference(const v1::TrainingSpec& spec, double* last_loss,
-                        EvalReport* eval) {
-    auto backend = CreateCpuBackend(1);
-    auto trainer = LocalTrainer::Create(spec, backend.get());
-    ASSERT_TRUE(trainer.ok());
-    for (int i = 0; i < spec.steps(); ++i)
-      *last_loss = (*trainer)->Step()->loss;
-    *eval = *(*trainer)->Evaluate(spec.eval_every() > 0 ? 0 : 0);
-  }
-
-  TempDir dir_;
-  Scheduler scheduler_;
-  std::vector<Worker> workers_;
-};
 
 TEST_F(SchedulerTest, JobsSubmittedOverRestAndGrpcCompleteLikeTheReference) {
   const v1::TrainingSpec spec = MlpSpec(12);
-  double ref_loss = 0;
-  EvalReport ref_eval;
-  Reference(spec, &ref_loss, &ref_eval);
+  const ReferenceRun ref = TrainInProcess(spec);
+  const double ref_loss = ref.losses.back();
+  const EvalReport& ref_eval = ref.eval;
 
   v1::JobSpec job_spec;
   *job_spec.mutable_training() = spec;
@@ -179,9 +82,7 @@ TEST_F(SchedulerTest, JobsSubmittedOverRestAndGrpcCompleteLikeTheReference) {
 
 TEST_F(SchedulerTest, InterleavedJobsMatchTheReference) {
   const v1::TrainingSpec spec = MlpSpec(8);
-  double ref_loss = 0;
-  EvalReport ref_eval;
-  Reference(spec, &ref_loss, &ref_eval);
+  const double ref_loss = TrainInProcess(spec).losses.back();
   v1::SubmitJobRequest q;
   *q.mutable_spec()->mutable_training() = spec;
   q.mutable_spec()->set_num_stages(2);

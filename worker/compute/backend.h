@@ -176,12 +176,21 @@ struct BackendOptions {
 // Parses "auto", "cpu" or "cuda".
 absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name);
 
-// kAuto picks CUDA when the CUDA backend was built and a device exists, else
-// the CPU. kCuda fails with FailedPrecondition when it cannot be had.
+// kAuto picks CUDA when the CUDA backend was built and a device works, else
+// the CPU; when CUDA was built but fails (no driver, a broken device) it
+// logs the CUDA error as a warning before falling back. kCuda fails with
+// FailedPrecondition when it cannot be had, with the CUDA error when the
+// runtime gave one.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     const BackendOptions& options);
 
-// True when the CUDA backend was built and at least one device is usable.
+// The CUDA devices this process can use: 0 when the runtime finds none;
+// FailedPrecondition when this build has no CUDA backend; the CUDA error
+// (call, file, line and the runtime's message) when the runtime cannot start
+// (no driver, a driver too old, a device that fails to initialise).
+absl::StatusOr<int> UsableCudaDevices();
+
+// True when UsableCudaDevices() is at least 1.
 bool CudaAvailable();
 
 // Helpers that move whole tensors between the host and a backend.

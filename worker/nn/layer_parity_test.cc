@@ -1,5 +1,6 @@
 // Every layer, the loss and an optimizer step on the CUDA backend against the
-// CPU reference. Labelled `gpu`; skips where no CUDA device exists.
+// CPU reference. Labelled `gpu`; skips where no GPU is visible and fails
+// where one is visible but CUDA cannot use it (gpu_test_gate.h).
 #include <cmath>
 #include <functional>
 
@@ -7,6 +8,7 @@
 #include "worker/compute/backend.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/compute/elementwise_math.h"
+#include "worker/compute/gpu_test_gate.h"
 #include "worker/nn/layers.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/optimizer.h"
@@ -41,7 +43,7 @@ void ExpectClose(Backend* backend, const Tensor& device, const Tensor& want,
 class LayerParity : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+    PT_GPU_TEST_REQUIRE_CUDA();
     BackendOptions options;
     options.kind = BackendKind::kCuda;
     auto cuda = CreateBackend(options);

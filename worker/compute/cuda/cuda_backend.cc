@@ -230,17 +230,22 @@ absl::Status CudaBackend::GemmStridedBatched(
 
 }  // namespace cuda_internal
 
-int CudaDeviceCount() {
+absl::StatusOr<int> CudaDeviceCount() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();  // No driver or no device: not an error here.
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err == cudaErrorNoDevice) {
+    (void)cudaGetLastError();  // Not an error here: the answer is 0.
     return 0;
+  }
+  if (err != cudaSuccess) {
+    return CudaErrorToStatus(err, "cudaGetDeviceCount(&count)", __FILE__,
+                             __LINE__);
   }
   return count;
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
-  const int count = CudaDeviceCount();
+  ASSIGN_OR_RETURN(const int count, CudaDeviceCount());
   if (device < 0 || device >= count) {
     return absl::FailedPreconditionError(
         absl::StrCat("CUDA device ", device, " does not exist (", count,

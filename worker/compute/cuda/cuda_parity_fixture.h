@@ -11,7 +11,8 @@
 //   ReductionTolerance(k)  sums of k terms of O(1) values (Gemm, column
 //                 sums): rtol 1e-4 and atol 1e-5 * sqrt(k), i.e. 1e-5 of
 //                 the typical size of such a sum.
-// Every test skips (GTEST_SKIP in SetUp) where no CUDA device exists.
+// Every test skips where no GPU is visible and fails where one is visible
+// but CUDA cannot use it (gpu_test_gate.h).
 #ifndef PIPETRAIN_WORKER_COMPUTE_CUDA_CUDA_PARITY_FIXTURE_H_
 #define PIPETRAIN_WORKER_COMPUTE_CUDA_CUDA_PARITY_FIXTURE_H_
 
@@ -29,6 +30,7 @@
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/compute/cuda/cuda_backend.h"
 #include "worker/compute/elementwise_math.h"
+#include "worker/compute/gpu_test_gate.h"
 
 namespace pipetrain {
 namespace parity {
@@ -90,7 +92,7 @@ struct Twin {
 class CudaParityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    PT_GPU_TEST_REQUIRE_CUDA();
     cpu_ = CreateCpuBackend(1);
     absl::StatusOr<std::unique_ptr<Backend>> gpu = CreateCudaBackend(0);
     ASSERT_TRUE(gpu.ok()) << gpu.status();

@@ -1,0 +1,177 @@
+#include "tests/scheduler_cluster.h"
+
+#include <chrono>
+#include <thread>
+
+#include "google/protobuf/util/json_util.h"
+#include "services/grpc_util.h"
+#include "worker/compute/cpu/cpu_backend.h"
+#include "worker/nn/model.h"
+
+namespace pipetrain::testing {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+Clock::time_point After(double seconds) {
+  return Clock::now() + std::chrono::milliseconds(int(seconds * 1000));
+}
+
+}  // namespace
+
+std::vector<std::string> SchedulerFlags() {
+  return {"--lease_seconds=1.5", "--heartbeat_seconds=0.2"};
+}
+
+v1::TrainingSpec LoadSpec(const std::string& name, int64_t steps) {
+  v1::TrainingSpec spec;
+  const absl::Status read = ReadJsonFile(SourcePath("examples/" + name), &spec);
+  EXPECT_TRUE(read.ok()) << read;
+  spec.set_steps(steps);
+  spec.set_epochs(0);
+  return spec;
+}
+
+v1::TrainingSpec MlpSpec(int64_t steps) {
+  return LoadSpec("fashion_mnist_mlp.job.json", steps);
+}
+
+std::string ToJsonString(const google::protobuf::Message& m) {
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out);
+  return out;
+}
+
+ReferenceRun TrainInProcess(const v1::TrainingSpec& spec, int64_t steps,
+                            int64_t eval_samples) {
+  ReferenceRun out;
+  auto backend = CreateCpuBackend(1);
+  auto trainer = LocalTrainer::Create(spec, backend.get());
+  if (!trainer.ok()) {
+    ADD_FAILURE() << "reference trainer: " << trainer.status();
+    return out;
+  }
+  const int64_t n = steps >= 0 ? steps : spec.steps();
+  for (int64_t i = 0; i < n; ++i) {
+    auto step = (*trainer)->Step();
+    if (!step.ok()) {
+      ADD_FAILURE() << "reference step " << i << ": " << step.status();
+      return out;
+    }
+    out.losses.push_back(step->loss);
+  }
+  auto eval = (*trainer)->Evaluate(eval_samples);
+  if (!eval.ok()) {
+    ADD_FAILURE() << "reference evaluation: " << eval.status();
+    return out;
+  }
+  out.eval = *eval;
+  return out;
+}
+
+void SchedulerTest::SetUp() {
+  std::vector<std::string> flags = SchedulerFlags();
+  flags.insert(flags.end(), extra_scheduler_flags_.begin(),
+               extra_scheduler_flags_.end());
+  auto s = StartScheduler(dir_.path(), flags);
+  ASSERT_TRUE(s.ok()) << s.status();
+  scheduler_ = std::move(*s);
+  for (int i = 0; i < 3; ++i) {
+    auto w = StartWorker({"--scheduler=" + scheduler_.address,
+                          "--labels=zone=z" + std::to_string(i % 2)});
+    ASSERT_TRUE(w.ok()) << w.status();
+    workers_.push_back(std::move(*w));
+  }
+  ASSERT_TRUE(WaitForWorkers(3, v1::WORKER_STATE_IDLE));
+}
+
+v1::ListWorkersResponse SchedulerTest::ListWorkers() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(5));
+  v1::ListWorkersResponse r;
+  (void)scheduler_.stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &r);
+  return r;
+}
+
+bool SchedulerTest::WaitForWorkers(int n, v1::WorkerState state,
+                                   double timeout_s) {
+  const auto deadline = After(timeout_s);
+  while (Clock::now() < deadline) {
+    int count = 0;
+    const v1::ListWorkersResponse listed = ListWorkers();
+    for (const auto& w : listed.workers()) count += w.state() == state;
+    if (count >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+v1::Job SchedulerTest::GetJob(const std::string& id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(5));
+  v1::GetJobRequest q;
+  q.set_job_id(id);
+  v1::Job job;
+  (void)scheduler_.stub->GetJob(&ctx, q, &job);
+  return job;
+}
+
+v1::Job SchedulerTest::WaitForState(const std::string& id, v1::JobState want,
+                                    double timeout_s) {
+  const auto deadline = After(timeout_s);
+  v1::Job job;
+  while (Clock::now() < deadline) {
+    job = GetJob(id);
+    if (job.state() == want || job.state() == v1::JOB_STATE_FAILED) return job;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return job;
+}
+
+bool SchedulerTest::WaitForStep(const std::string& id, int64_t step,
+                                double timeout_s) {
+  const auto deadline = After(timeout_s);
+  while (Clock::now() < deadline) {
+    const v1::Job job = GetJob(id);
+    if (job.step() >= step) return true;
+    if (job.state() != v1::JOB_STATE_RUNNING &&
+        job.state() != v1::JOB_STATE_PLANNING &&
+        job.state() != v1::JOB_STATE_PENDING) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+v1::Job SchedulerTest::Submit(const v1::JobSpec& spec) {
+  v1::SubmitJobRequest q;
+  *q.mutable_spec() = spec;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(10));
+  v1::Job job;
+  const grpc::Status s = scheduler_.stub->SubmitJob(&ctx, q, &job);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return job;
+}
+
+v1::Plan SchedulerTest::GetPlan(const std::string& id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(5));
+  v1::GetPlanRequest q;
+  q.set_job_id(id);
+  v1::Plan plan;
+  const grpc::Status s = scheduler_.stub->GetPlan(&ctx, q, &plan);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return plan;
+}
+
+Worker* SchedulerTest::WorkerAt(const std::string& address) {
+  for (Worker& w : workers_) {
+    if (w.address == address) return &w;
+  }
+  return nullptr;
+}
+
+}  // namespace pipetrain::testing
