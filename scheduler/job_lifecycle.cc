@@ -55,7 +55,8 @@ std::vector<SchedulerCore::Action> SchedulerCore::ChooseActions(
       out.push_back({ActionKind::kReset, id, ""});
     } else if (state == v1::JOB_STATE_RUNNING ||
                state == v1::JOB_STATE_PAUSED) {
-      if (std::optional<std::string> why = JobFailure(*r, workers)) {
+      if (std::optional<std::string> why =
+              JobFailure(workers, Now(), FailureGraceMs(), r)) {
         r->busy = true;
         out.push_back({ActionKind::kFail, id, *why});
       } else if (StagesDone(*r)) {

@@ -129,12 +129,14 @@ void RecordEvaluation(const v1::EvalResult& eval, JobRecord* record) {
 }
 
 std::optional<std::string> JobFailure(
-    const JobRecord& record,
-    const std::map<std::string, v1::WorkerInfo>& workers) {
-  if (!record.plan.has_value()) return std::nullopt;
-  const std::string& id = record.job.id();
-  for (int s = 0; s < record.plan->stages_size(); ++s) {
-    const std::string& worker_id = record.plan->stages(s).worker_id();
+    const std::map<std::string, v1::WorkerInfo>& workers, int64_t now_ms,
+    int64_t grace_ms, JobRecord* record) {
+  if (!record->plan.has_value()) return std::nullopt;
+  const std::string& id = record->job.id();
+  std::optional<std::string> stage_failure;
+  bool unreachable = false;
+  for (int s = 0; s < record->plan->stages_size(); ++s) {
+    const std::string& worker_id = record->plan->stages(s).worker_id();
     auto w = workers.find(worker_id);
     if (w == workers.end() || w->second.state() == v1::WORKER_STATE_LOST) {
       return absl::StrCat("worker ", worker_id, " of stage ", s, " was lost");
@@ -143,12 +145,19 @@ std::optional<std::string> JobFailure(
       return absl::StrCat("worker ", worker_id, " of stage ", s,
                           " no longer runs this job (it restarted)");
     }
-    const v1::StageReport& r = record.reports[s];
-    if (r.job_id() == id && r.status().state() == v1::STAGE_STATE_FAILED) {
-      return absl::StrCat("stage ", s, " failed: ", r.status().error());
+    const v1::StageReport& r = record->reports[s];
+    if (!stage_failure.has_value() && r.job_id() == id &&
+        r.status().state() == v1::STAGE_STATE_FAILED) {
+      stage_failure =
+          absl::StrCat("stage ", s, " failed: ", r.status().error());
+      unreachable = r.status().error_code() ==
+                    static_cast<int>(absl::StatusCode::kUnavailable);
     }
   }
-  return std::nullopt;
+  if (!stage_failure.has_value() || !unreachable) return stage_failure;
+  if (record->unreachable_since_ms == 0) record->unreachable_since_ms = now_ms;
+  if (now_ms - record->unreachable_since_ms < grace_ms) return std::nullopt;
+  return stage_failure;
 }
 
 bool StagesDone(const JobRecord& record) {

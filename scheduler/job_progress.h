@@ -39,9 +39,15 @@ void RecordEvaluation(const v1::EvalResult& eval, JobRecord* record);
 
 // Why a RUNNING or PAUSED job has failed (a planned worker lost or taken by
 // another job, a stage reporting FAILED), or nullopt. `workers` by id.
+//
+// A stage that fails because a neighbour stopped answering (UNAVAILABLE)
+// usually reports before the dead worker's lease runs out. Such a failure
+// is held back for `grace_ms` after it is first seen (recorded in
+// record->unreachable_since_ms), so that the reason can name the lost
+// worker; after that it is reported as the stage's own error.
 std::optional<std::string> JobFailure(
-    const JobRecord& record,
-    const std::map<std::string, v1::WorkerInfo>& workers);
+    const std::map<std::string, v1::WorkerInfo>& workers, int64_t now_ms,
+    int64_t grace_ms, JobRecord* record);
 
 // True when every stage of a RUNNING job reported DONE at the last step.
 bool StagesDone(const JobRecord& record);

@@ -122,17 +122,44 @@ TEST(JobFailureTest, NamesTheLostWorkerTheRestartedOneOrTheFailedStage) {
     w.set_state(v1::WORKER_STATE_ASSIGNED);
     w.set_job_id("job-1");
   }
-  EXPECT_EQ(JobFailure(r, workers), std::nullopt);
+  EXPECT_EQ(JobFailure(workers, 0, 0, &r), std::nullopt);
   r.reports[1] = Report(1, 1, {}, v1::STAGE_STATE_FAILED);
   r.reports[1].mutable_status()->set_error("NaN loss");
-  EXPECT_EQ(JobFailure(r, workers), "stage 1 failed: NaN loss");
+  EXPECT_EQ(JobFailure(workers, 0, 0, &r), "stage 1 failed: NaN loss");
   workers["w-0"].clear_job_id();
-  EXPECT_EQ(JobFailure(r, workers),
+  EXPECT_EQ(JobFailure(workers, 0, 0, &r),
             "worker w-0 of stage 0 no longer runs this job (it restarted)");
   workers["w-0"].set_state(v1::WORKER_STATE_LOST);
-  EXPECT_EQ(JobFailure(r, workers), "worker w-0 of stage 0 was lost");
+  EXPECT_EQ(JobFailure(workers, 0, 0, &r), "worker w-0 of stage 0 was lost");
   workers.erase("w-0");
-  EXPECT_EQ(JobFailure(r, workers), "worker w-0 of stage 0 was lost");
+  EXPECT_EQ(JobFailure(workers, 0, 0, &r), "worker w-0 of stage 0 was lost");
+}
+
+// A stage that lost its neighbour's stream fails first; the reason waits
+// for the neighbour's lease so that it names the lost worker.
+TEST(JobFailureTest, AnUnreachableNeighbourWaitsForTheLeaseToNameTheWorker) {
+  JobRecord r = TwoStageJob();
+  std::map<std::string, v1::WorkerInfo> workers;
+  for (int s = 0; s < 2; ++s) {
+    v1::WorkerInfo& w = workers["w-" + std::to_string(s)];
+    w.set_id("w-" + std::to_string(s));
+    w.set_state(v1::WORKER_STATE_ASSIGNED);
+    w.set_job_id("job-1");
+  }
+  r.reports[0] = Report(0, 1, {}, v1::STAGE_STATE_FAILED);
+  r.reports[0].mutable_status()->set_error("stream to the next stage ended");
+  r.reports[0].mutable_status()->set_error_code(
+      static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(JobFailure(workers, 1000, 3100, &r), std::nullopt);
+  EXPECT_EQ(JobFailure(workers, 3000, 3100, &r), std::nullopt);
+  workers["w-1"].set_state(v1::WORKER_STATE_LOST);
+  EXPECT_EQ(JobFailure(workers, 3500, 3100, &r),
+            "worker w-1 of stage 1 was lost");
+  // Nobody lost within the grace: the stage's own error.
+  workers["w-1"].set_state(v1::WORKER_STATE_ASSIGNED);
+  EXPECT_EQ(JobFailure(workers, 4000, 3100, &r), std::nullopt);
+  EXPECT_EQ(JobFailure(workers, 4100, 3100, &r),
+            "stage 0 failed: stream to the next stage ended");
 }
 
 TEST(StagesDoneTest, EveryStageDoneAtTheLastStep) {

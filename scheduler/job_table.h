@@ -34,6 +34,9 @@ struct JobRecord {
   // Highest step of a periodic evaluation taken from a report, so that a
   // report repeated by a retried heartbeat adds nothing.
   int64_t last_reported_eval_step = -1;
+  // When a stage was first seen failed for an unreachable neighbour (0:
+  // never); see JobFailure.
+  int64_t unreachable_since_ms = 0;
   // An action (start, finish, fail, reset, pause, resume, cancel, evaluate)
   // drives the job's stages off the lock; no other action may begin.
   bool busy = false;

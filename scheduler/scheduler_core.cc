@@ -123,6 +123,11 @@ int64_t SchedulerCore::Now() const {
   return options_.now_ms ? options_.now_ms() : SystemNowMs();
 }
 
+int64_t SchedulerCore::FailureGraceMs() const {
+  return static_cast<int64_t>(
+      1000.0 * (options_.registry.lease_seconds + options_.tick_seconds));
+}
+
 void SchedulerCore::Flush() {
   const absl::Status status = writer_.Flush();
   if (!status.ok()) PT_LOG(ERROR) << "scheduler state not written: " << status;

@@ -144,6 +144,9 @@ class SchedulerCore {
   absl::Status RestoreJobs();
   void Loop();
   int64_t Now() const;
+  // How long a stage failure blamed on an unreachable neighbour waits for
+  // that neighbour's lease to expire (one lease plus a tick).
+  int64_t FailureGraceMs() const;
   // Writes what is queued; logs failures (the writer retries them).
   void Flush();
   void RegisterMetrics();
