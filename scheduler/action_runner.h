@@ -7,15 +7,14 @@
 #ifndef PIPETRAIN_SCHEDULER_ACTION_RUNNER_H_
 #define PIPETRAIN_SCHEDULER_ACTION_RUNNER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace pipetrain {
 
@@ -34,8 +33,7 @@ class ActionRunner {
   // Joins threads whose task returned.
   void Reap();
 
-  std::mutex mu_;
-  std::condition_variable cv_;
+  absl::Mutex mu_;
   std::map<int64_t, std::thread> threads_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> finished_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;

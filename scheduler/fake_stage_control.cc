@@ -8,8 +8,7 @@
 
 namespace pipetrain {
 
-absl::Status FakeStageControl::Enter(Call call,
-                                     std::unique_lock<std::mutex>* lock) {
+absl::Status FakeStageControl::Enter(Call call) {
   const Method method = call.method;
   const std::string address = call.address;
   calls_.push_back(std::move(call));
@@ -23,11 +22,11 @@ absl::Status FakeStageControl::Enter(Call call,
   scripts_.erase(it);
   if (!script.hold) return script.status;
   ++held_;
-  cv_.notify_all();
   const int64_t generation = release_generation_;
-  cv_.wait(*lock, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  auto released = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return release_generation_ != generation;
-  });
+  };
+  mu_.Await(absl::Condition(&released));
   --held_;
   return release_outcome_;
 }
@@ -44,8 +43,8 @@ absl::StatusOr<FakeStageControl::StageSim*> FakeStageControl::Holding(
 
 absl::StatusOr<v1::ProfileResponse> FakeStageControl::Profile(
     const std::string& address, const v1::ProfileRequest& request) {
-  std::unique_lock<std::mutex> lock(mu_);
-  RETURN_IF_ERROR(Enter({Method::kProfile, address, "", 0, {}}, &lock));
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Enter({Method::kProfile, address, "", 0, {}}));
   v1::ProfileResponse out;
   out.set_device("fake");
   for (int l = 0; l < request.spec().model().layers_size(); ++l) {
@@ -61,9 +60,9 @@ absl::StatusOr<v1::ProfileResponse> FakeStageControl::Profile(
 
 absl::StatusOr<v1::ConfigureResponse> FakeStageControl::Configure(
     const std::string& address, const v1::StageConfig& config) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(
-      Enter({Method::kConfigure, address, config.job_id(), 0, config}, &lock));
+      Enter({Method::kConfigure, address, config.job_id(), 0, config}));
   StageSim& sim = stages_[address];
   sim = StageSim();
   sim.view.job_id = config.job_id();
@@ -78,9 +77,8 @@ absl::StatusOr<v1::ConfigureResponse> FakeStageControl::Configure(
 absl::StatusOr<int64_t> FakeStageControl::Train(const std::string& address,
                                                 const std::string& job_id,
                                                 int64_t until_step) {
-  std::unique_lock<std::mutex> lock(mu_);
-  RETURN_IF_ERROR(
-      Enter({Method::kTrain, address, job_id, until_step, {}}, &lock));
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Enter({Method::kTrain, address, job_id, until_step, {}}));
   ASSIGN_OR_RETURN(StageSim * sim, Holding(address, job_id));
   Stage& s = sim->view;
   if (s.state == v1::STAGE_STATE_FAILED) {
@@ -102,28 +100,27 @@ absl::StatusOr<int64_t> FakeStageControl::Train(const std::string& address,
 
 absl::Status FakeStageControl::Stop(const std::string& address,
                                     const std::string& job_id) {
-  std::unique_lock<std::mutex> lock(mu_);
-  RETURN_IF_ERROR(Enter({Method::kStop, address, job_id, 0, {}}, &lock));
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Enter({Method::kStop, address, job_id, 0, {}}));
   ASSIGN_OR_RETURN(StageSim * sim, Holding(address, job_id));
   *sim = StageSim();
   return absl::OkStatus();
 }
 
-absl::Status FakeStageControl::AwaitEvaluators(
-    const std::string& job_id, int num_stages,
-    std::unique_lock<std::mutex>* lock) {
+absl::Status FakeStageControl::AwaitEvaluators(const std::string& job_id,
+                                               int num_stages) {
   EvalBarrier& barrier = barriers_[job_id];
   const int64_t generation = barrier.generation;
   if (++barrier.arrived >= num_stages) {
     barrier.arrived = 0;
     ++barrier.generation;
-    cv_.notify_all();
     return absl::OkStatus();
   }
-  const bool all = cv_.wait_for(
-      *lock, evaluate_wait_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return barriers_[job_id].generation != generation;
-      });
+  auto joined = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return barriers_[job_id].generation != generation;
+  };
+  const bool all = mu_.AwaitWithTimeout(absl::Condition(&joined),
+                                        absl::FromChrono(evaluate_wait_));
   if (all) return absl::OkStatus();
   --barriers_[job_id].arrived;
   return absl::DeadlineExceededError(
@@ -133,13 +130,13 @@ absl::Status FakeStageControl::AwaitEvaluators(
 absl::StatusOr<v1::EvalResult> FakeStageControl::Evaluate(
     const std::string& address, const std::string& job_id,
     int64_t max_samples) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const absl::Status scripted =
-      Enter({Method::kEvaluate, address, job_id, max_samples, {}}, &lock);
+      Enter({Method::kEvaluate, address, job_id, max_samples, {}});
   ASSIGN_OR_RETURN(StageSim * sim, Holding(address, job_id));
   const Stage view = sim->view;
   // A failing stage still takes part, so that its neighbours finish.
-  RETURN_IF_ERROR(AwaitEvaluators(job_id, view.num_stages, &lock));
+  RETURN_IF_ERROR(AwaitEvaluators(job_id, view.num_stages));
   RETURN_IF_ERROR(scripted);
   if (view.state == v1::STAGE_STATE_RUNNING) {
     return absl::FailedPreconditionError("the stage is training");
@@ -154,9 +151,8 @@ absl::StatusOr<v1::EvalResult> FakeStageControl::Evaluate(
 
 absl::StatusOr<v1::GetTraceResponse> FakeStageControl::GetTrace(
     const std::string& address, const std::string& job_id, int64_t since_step) {
-  std::unique_lock<std::mutex> lock(mu_);
-  RETURN_IF_ERROR(
-      Enter({Method::kGetTrace, address, job_id, since_step, {}}, &lock));
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Enter({Method::kGetTrace, address, job_id, since_step, {}}));
   ASSIGN_OR_RETURN(StageSim * sim, Holding(address, job_id));
   v1::GetTraceResponse out;
   for (const v1::TraceEvent& e : sim->trace) {
@@ -166,53 +162,52 @@ absl::StatusOr<v1::GetTraceResponse> FakeStageControl::GetTrace(
 }
 
 void FakeStageControl::SetStepsPerEpoch(int64_t steps) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   steps_per_epoch_ = steps;
 }
 
 void FakeStageControl::SetEvalResult(const v1::EvalResult& result) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   eval_result_ = result;
 }
 
 void FakeStageControl::SetEvaluateWait(std::chrono::milliseconds wait) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   evaluate_wait_ = wait;
 }
 
 void FakeStageControl::FailNext(Method method, const std::string& address,
                                 absl::Status status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   scripts_.push_back({method, address, false, std::move(status)});
 }
 
 void FakeStageControl::HoldNext(Method method, const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   scripts_.push_back({method, address, true, absl::OkStatus()});
 }
 
 bool FakeStageControl::WaitUntilHeld(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(
-      lock, timeout,
-      [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return held_ > 0; });
+  absl::MutexLock lock(&mu_);
+  auto held = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return held_ > 0; };
+  return mu_.AwaitWithTimeout(absl::Condition(&held),
+                              absl::FromChrono(timeout));
 }
 
 void FakeStageControl::Release(absl::Status outcome) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   release_outcome_ = std::move(outcome);
   ++release_generation_;
-  cv_.notify_all();
 }
 
 void FakeStageControl::SetTrace(const std::string& address,
                                 std::vector<v1::TraceEvent> events) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   stages_[address].trace = std::move(events);
 }
 
 void FakeStageControl::Advance(int64_t steps) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto& [address, sim] : stages_) {
     Stage& s = sim.view;
     if (s.state != v1::STAGE_STATE_RUNNING) continue;
@@ -233,7 +228,7 @@ void FakeStageControl::Advance(int64_t steps) {
 
 void FakeStageControl::FailStage(const std::string& address,
                                  const std::string& error) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stage& s = stages_[address].view;
   s.state = v1::STAGE_STATE_FAILED;
   s.error = error;
@@ -241,13 +236,13 @@ void FakeStageControl::FailStage(const std::string& address,
 
 void FakeStageControl::AddPeriodicEvaluation(const std::string& address,
                                              const v1::EvalResult& eval) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   stages_[address].evaluations.push_back(eval);
 }
 
 std::optional<v1::StageReport> FakeStageControl::Report(
     const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = stages_.find(address);
   if (it == stages_.end() || it->second.view.job_id.empty()) {
     return std::nullopt;
@@ -273,19 +268,19 @@ std::optional<v1::StageReport> FakeStageControl::Report(
 
 FakeStageControl::Stage FakeStageControl::StageAt(
     const std::string& address) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = stages_.find(address);
   return it == stages_.end() ? Stage() : it->second.view;
 }
 
 std::vector<FakeStageControl::Call> FakeStageControl::calls() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return calls_;
 }
 
 std::vector<FakeStageControl::Call> FakeStageControl::CallsOf(
     Method method) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<Call> out;
   for (const Call& c : calls_) {
     if (c.method == method) out.push_back(c);

@@ -22,15 +22,14 @@
 #define PIPETRAIN_SCHEDULER_FAKE_STAGE_CONTROL_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "scheduler/interfaces.h"
 
 namespace pipetrain {
@@ -135,18 +134,15 @@ class FakeStageControl final : public StageControl {
 
   // Records the call, then applies the first matching script: a failure, or
   // a hold (waits for Release). Returns the status the call must end with.
-  absl::Status Enter(Call call, std::unique_lock<std::mutex>* lock)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Enter(Call call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until `num_stages` Evaluate calls of `job_id` have arrived.
-  absl::Status AwaitEvaluators(const std::string& job_id, int num_stages,
-                               std::unique_lock<std::mutex>* lock)
+  absl::Status AwaitEvaluators(const std::string& job_id, int num_stages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<StageSim*> Holding(const std::string& address,
                                     const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable absl::Mutex mu_;
   std::map<std::string, StageSim> stages_ ABSL_GUARDED_BY(mu_);
   std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
   std::vector<Script> scripts_ ABSL_GUARDED_BY(mu_);

@@ -26,7 +26,7 @@ v1::GetJobRequest MakeGetJob(const std::string& job_id) {
 absl::StatusOr<JobRecord> SchedulerCore::BeginUserAction(
     const std::string& job_id, std::initializer_list<v1::JobState> states,
     const char* needs) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord * r, jobs_.Find(job_id));
   const v1::JobState state = r->job.state();
   if (std::find(states.begin(), states.end(), state) == states.end()) {
@@ -102,7 +102,7 @@ absl::StatusOr<v1::EvalResult> SchedulerCore::Evaluate(
     return eval.status();
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     JobRecord* live = *jobs_.Find(r.job_id());
     if (eval->step() == 0) eval->set_step(live->job.step());
     RecordEvaluation(*eval, live);
@@ -117,7 +117,7 @@ absl::StatusOr<v1::GetJobTraceResponse> SchedulerCore::GetJobTrace(
   v1::Plan plan;
   int64_t since = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(JobRecord * r, jobs_.Find(request.job_id()));
     if (!r->plan.has_value()) {
       return absl::FailedPreconditionError(

@@ -22,7 +22,7 @@ void SchedulerCore::Tick() {
   for (v1::WorkerInfo& w : registry_.List()) workers[w.id()] = std::move(w);
   std::vector<Action> actions;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     actions = ChooseActions(workers);
   }
   for (const Action& action : actions) {
@@ -88,26 +88,26 @@ void SchedulerCore::RunAction(const Action& action) {
 void SchedulerCore::StartPendingJobs() {
   std::vector<std::string> ids;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ids = jobs_.ids();
   }
   for (const std::string& id : ids) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       JobRecord* r = *jobs_.Find(id);
       if (r->busy || r->job.state() != v1::JOB_STATE_PENDING) continue;
       r->busy = true;
     }
     StartJob(id);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   start_in_flight_ = false;
 }
 
 void SchedulerCore::StartJob(const std::string& job_id) {
   v1::Job job;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     job = (*jobs_.Find(job_id))->job;
   }
   std::vector<v1::WorkerInfo> idle =
@@ -117,7 +117,7 @@ void SchedulerCore::StartJob(const std::string& job_id) {
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     // Always legal: the job is PENDING and held busy.
     const absl::Status moved =
         jobs_.Transition(*jobs_.Find(job_id), v1::JOB_STATE_PLANNING, Now());
@@ -152,7 +152,7 @@ void SchedulerCore::Launch(const std::string& job_id, const v1::JobSpec& spec,
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     (*jobs_.Find(job_id))->job.set_total_steps(*total);
   }
   EndAction(job_id, v1::JOB_STATE_RUNNING);
@@ -189,7 +189,7 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
     }
   }
   PT_LOG(INFO) << job.id() << " plan:\n" << plan.explanation();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   jobs_.SetPlan(*jobs_.Find(job.id()), plan);
   return plan;
 }
@@ -198,7 +198,7 @@ void SchedulerCore::FinishJob(const std::string& job_id) {
   std::vector<std::string> addresses;
   int64_t max_samples = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     JobRecord* r = *jobs_.Find(job_id);
     addresses = r->Addresses();
     max_samples = r->job.spec().eval_samples();
@@ -212,7 +212,7 @@ void SchedulerCore::FinishJob(const std::string& job_id) {
   }
   registry_.Release(job_id);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     JobRecord* r = *jobs_.Find(job_id);
     if (eval->step() == 0) eval->set_step(r->job.step());
     RecordEvaluation(*eval, r);
@@ -237,7 +237,7 @@ void SchedulerCore::ResetLaunch(const std::string& job_id) {
   StopStages(control_, StageAddresses(job_id), job_id);
   registry_.Release(job_id);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     jobs_.ClearPlan(*jobs_.Find(job_id));
   }
   EndAction(job_id, v1::JOB_STATE_PENDING);
@@ -247,7 +247,7 @@ void SchedulerCore::EndAction(const std::string& job_id,
                               std::optional<v1::JobState> to,
                               const std::string& error) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     JobRecord* r = *jobs_.Find(job_id);
     if (!error.empty()) r->job.set_error(error);
     if (to.has_value()) {
@@ -261,14 +261,14 @@ void SchedulerCore::EndAction(const std::string& job_id,
   Flush();
   // A new state may free workers or call for the next action now. (Not
   // after a start that keeps waiting: the loop would spin.)
-  if (to.has_value()) cv_.notify_all();
+  if (to.has_value()) wake_.SignalAll();
 }
 
 std::vector<std::string> SchedulerCore::StageAddresses(
     const std::string& job_id) {
   std::vector<std::string> out;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     out = (*jobs_.Find(job_id))->Addresses();
   }
   for (const v1::WorkerInfo& w : registry_.AssignedTo(job_id)) {

@@ -58,10 +58,10 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
 
 SchedulerCore::~SchedulerCore() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  wake_.SignalAll();
   if (thread_.joinable()) thread_.join();
   actions_.WaitIdle();
   Flush();
@@ -91,7 +91,7 @@ absl::Status SchedulerCore::RestoreJobs() {
     if (plan.has_value()) plans[job.id()] = std::move(*plan);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     jobs_.Restore(std::move(jobs), std::move(plans));
   }
   for (const v1::WorkerInfo& w : registry_.List()) {
@@ -109,13 +109,15 @@ absl::Status SchedulerCore::RestoreJobs() {
 }
 
 void SchedulerCore::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    lock.unlock();
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+    }
     Tick();
-    lock.lock();
-    cv_.wait_for(lock, std::chrono::milliseconds(
-                           static_cast<int>(options_.tick_seconds * 1000)));
+    absl::MutexLock lock(&mu_);
+    if (stop_) return;
+    wake_.WaitWithTimeout(&mu_, absl::Seconds(options_.tick_seconds));
   }
 }
 
@@ -149,7 +151,7 @@ absl::StatusOr<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
     return out;
   }
   if (!request.has_report()) return out;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   absl::StatusOr<JobRecord*> record = jobs_.Find(request.report().job_id());
   if (!record.ok()) return out;
   const ReportEffects effects =
@@ -182,7 +184,7 @@ absl::StatusOr<v1::Job> SchedulerCore::SubmitJob(
   RETURN_IF_ERROR(CheckJobSpec(spec, registry_.CountAlive()));
   v1::Job out;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     out = jobs_.Add(spec, Now())->job;
   }
   // An acknowledged job survives a crash: write it before answering. The
@@ -192,20 +194,20 @@ absl::StatusOr<v1::Job> SchedulerCore::SubmitJob(
         "job ", out.id(), " could not be saved; try again: ", saved.message()));
   }
   PT_LOG(INFO) << "submitted " << out.id() << " (" << out.name() << ")";
-  cv_.notify_all();  // the control loop starts it promptly
+  wake_.SignalAll();  // the control loop starts it promptly
   return out;
 }
 
 absl::StatusOr<v1::Job> SchedulerCore::GetJob(
     const v1::GetJobRequest& request) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord * record, jobs_.Find(request.job_id()));
   return record->job;
 }
 
 absl::StatusOr<v1::ListJobsResponse> SchedulerCore::ListJobs(
     const v1::ListJobsRequest&) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   v1::ListJobsResponse out;
   for (const std::string& id : jobs_.ids()) {
     *out.add_jobs() = (*jobs_.Find(id))->job;
@@ -214,7 +216,7 @@ absl::StatusOr<v1::ListJobsResponse> SchedulerCore::ListJobs(
 }
 
 absl::StatusOr<v1::Plan> SchedulerCore::GetPlan(const v1::GetPlanRequest& r) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord * record, jobs_.Find(r.job_id()));
   if (!record->plan.has_value()) {
     return absl::FailedPreconditionError(
@@ -228,7 +230,7 @@ absl::StatusOr<v1::GetVersionsResponse> SchedulerCore::GetVersions(
     const v1::GetVersionsRequest& r) {
   v1::GetVersionsResponse out;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(JobRecord * record, jobs_.Find(r.job_id()));
     out.set_committed_version(record->job.committed_version());
     for (const v1::StageReport& report : record->reports) {

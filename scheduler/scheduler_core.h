@@ -32,12 +32,10 @@
 #define PIPETRAIN_SCHEDULER_SCHEDULER_CORE_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -45,6 +43,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "pipetrain/v1/scheduler.pb.h"
 #include "scheduler/action_runner.h"
@@ -206,8 +205,8 @@ class SchedulerCore {
   WorkerRegistry registry_;
   Histogram* planning_seconds_ = nullptr;  // set by Init
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable absl::Mutex mu_;
+  absl::CondVar wake_;  // wakes the control loop early
   JobTable jobs_ ABSL_GUARDED_BY(mu_);
   // A StartPendingJobs action runs.
   bool start_in_flight_ ABSL_GUARDED_BY(mu_) = false;

@@ -69,7 +69,7 @@ std::vector<GaugeSample> SchedulerCore::JobStateSamples() {
   for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_CANCELLED; ++s) {
     counts[v1::JobState_Name(static_cast<v1::JobState>(s))] = 0;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const std::string& id : jobs_.ids()) {
     counts[v1::JobState_Name((*jobs_.Find(id))->job.state())] += 1;
   }
@@ -78,7 +78,7 @@ std::vector<GaugeSample> SchedulerCore::JobStateSamples() {
 
 std::vector<GaugeSample> SchedulerCore::CommittedVersionSamples() {
   std::vector<GaugeSample> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const std::string& id : jobs_.ids()) {
     const v1::Job& job = (*jobs_.Find(id))->job;
     if (job.state() == v1::JOB_STATE_RUNNING ||
@@ -94,7 +94,7 @@ std::vector<GaugeSample> SchedulerCore::CommittedVersionSamples() {
 std::vector<GaugeSample> SchedulerCore::EvalSamples(
     double (*value)(const v1::EvalResult&)) {
   std::vector<GaugeSample> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const std::string& id : jobs_.ids()) {
     const v1::Job& job = (*jobs_.Find(id))->job;
     if (job.evaluations_size() > 0) out.push_back({{id}, value(job.eval())});

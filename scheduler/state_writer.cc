@@ -10,32 +10,32 @@ StateWriter::StateWriter(StateStore* store) : store_(store) {}
 
 void StateWriter::PutJob(const v1::Job& job) {
   if (store_ == nullptr) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   queue_.jobs[job.id()] = job;
 }
 
 void StateWriter::PutPlan(const v1::Plan& plan) {
   if (store_ == nullptr) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   queue_.plans[plan.job_id()] = plan;
 }
 
 void StateWriter::PutWorker(const v1::WorkerInfo& worker) {
   if (store_ == nullptr) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   queue_.workers[worker.id()] = worker;
 }
 
 void StateWriter::AppendVersions(const std::string& job_id,
                                  const std::vector<v1::VersionEntry>& entries) {
   if (store_ == nullptr || entries.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto& queued = queue_.versions[job_id];
   queued.insert(queued.end(), entries.begin(), entries.end());
 }
 
 size_t StateWriter::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   size_t n = queue_.jobs.size() + queue_.plans.size() + queue_.workers.size();
   for (const auto& [id, entries] : queue_.versions) n += entries.size();
   return n;
@@ -43,10 +43,10 @@ size_t StateWriter::pending() const {
 
 absl::Status StateWriter::Flush() {
   if (store_ == nullptr) return absl::OkStatus();
-  std::lock_guard<std::mutex> io(io_mu_);
+  absl::MutexLock io(&io_mu_);
   Queue taken;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::swap(taken, queue_);
   }
   const absl::Status status = WriteAll(&taken);
@@ -86,7 +86,7 @@ absl::Status StateWriter::WriteAll(Queue* queue) {
 }
 
 void StateWriter::Requeue(Queue failed) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   // emplace keeps a newer record queued meanwhile.
   for (auto& [id, job] : failed.jobs) queue_.jobs.emplace(id, std::move(job));
   for (auto& [id, plan] : failed.plans) {

@@ -16,12 +16,12 @@
 #define PIPETRAIN_SCHEDULER_STATE_WRITER_H_
 
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "pipetrain/v1/scheduler.pb.h"
 #include "scheduler/state_store.h"
 
@@ -60,8 +60,8 @@ class StateWriter {
   StateStore* const store_;  // borrowed, may be null
 
   // Serializes flushes; held during I/O. Never taken under mu_.
-  std::mutex io_mu_;
-  mutable std::mutex mu_;
+  absl::Mutex io_mu_;
+  mutable absl::Mutex mu_;
   Queue queue_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -15,7 +15,7 @@ void WorkerRegistry::Persist(const v1::WorkerInfo& w) {
 }
 
 void WorkerRegistry::Load(std::vector<v1::WorkerInfo> loaded, int64_t now_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (v1::WorkerInfo& w : loaded) {
     w.set_last_heartbeat_unix_ms(now_ms);
     if (!workers_.count(w.id())) order_.push_back(w.id());
@@ -33,7 +33,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
     return absl::InvalidArgumentError(
         "worker.address: missing (the host:port the scheduler dials)");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (info.id().empty()) info.set_id(absl::StrCat("w-", next_id_++));
   auto it = workers_.find(info.id());
   if (it == workers_.end()) {
@@ -59,7 +59,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
 }
 
 bool WorkerRegistry::Heartbeat(const std::string& id, int64_t now_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return false;
   v1::WorkerInfo& w = it->second;
@@ -79,7 +79,7 @@ bool WorkerRegistry::Heartbeat(const std::string& id, int64_t now_ms) {
 std::vector<std::string> WorkerRegistry::Sweep(int64_t now_ms) {
   std::vector<std::string> lost;
   const int64_t lease_ms = static_cast<int64_t>(options_.lease_seconds * 1000);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto& [id, w] : workers_) {
     if (w.state() != v1::WORKER_STATE_LOST &&
         now_ms - w.last_heartbeat_unix_ms() > lease_ms) {
@@ -93,14 +93,14 @@ std::vector<std::string> WorkerRegistry::Sweep(int64_t now_ms) {
 }
 
 std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<v1::WorkerInfo> out;
   for (const std::string& id : order_) out.push_back(workers_.at(id));
   return out;
 }
 
 std::optional<v1::WorkerInfo> WorkerRegistry::Get(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return std::nullopt;
   return it->second;
@@ -108,7 +108,7 @@ std::optional<v1::WorkerInfo> WorkerRegistry::Get(const std::string& id) const {
 
 std::vector<v1::WorkerInfo> WorkerRegistry::Idle(
     const google::protobuf::Map<std::string, std::string>& selector) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<v1::WorkerInfo> out;
   for (const std::string& id : order_) {
     const v1::WorkerInfo& w = workers_.at(id);
@@ -124,7 +124,7 @@ std::vector<v1::WorkerInfo> WorkerRegistry::Idle(
 }
 
 int WorkerRegistry::CountAlive() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   int n = 0;
   for (const auto& [id, w] : workers_) n += w.state() != v1::WORKER_STATE_LOST;
   return n;
@@ -132,7 +132,7 @@ int WorkerRegistry::CountAlive() const {
 
 absl::Status WorkerRegistry::Assign(const std::string& id,
                                     const std::string& job_id, int stage) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.state() != v1::WORKER_STATE_IDLE) {
     return absl::FailedPreconditionError(
@@ -146,7 +146,7 @@ absl::Status WorkerRegistry::Assign(const std::string& id,
 }
 
 void WorkerRegistry::Release(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto& [id, w] : workers_) {
     if (w.job_id() != job_id) continue;
     w.clear_job_id();
@@ -160,7 +160,7 @@ void WorkerRegistry::Release(const std::string& job_id) {
 
 std::vector<v1::WorkerInfo> WorkerRegistry::AssignedTo(
     const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<v1::WorkerInfo> out;
   for (const std::string& id : order_) {
     if (workers_.at(id).job_id() == job_id) out.push_back(workers_.at(id));

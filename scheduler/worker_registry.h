@@ -13,13 +13,13 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "pipetrain/v1/scheduler.pb.h"
 #include "scheduler/state_writer.h"
 
@@ -73,7 +73,7 @@ class WorkerRegistry {
   const RegistryOptions options_;
   StateWriter* const writer_;  // borrowed, may be null
 
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::string, v1::WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

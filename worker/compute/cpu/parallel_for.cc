@@ -12,10 +12,10 @@ ParallelFor::ParallelFor(int threads) : threads_(std::max(1, threads)) {
 
 ParallelFor::~ParallelFor() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   for (std::thread& t : workers_) t.join();
 }
 
@@ -36,19 +36,17 @@ void ParallelFor::Run(int64_t n, int64_t grain,
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     job_ = &fn;
     n_ = n;
     chunks_ = chunks;
     pending_ = chunks - 1;
     ++generation_;
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   RunChunk(0, chunks, n, fn);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return pending_ == 0;
-  });
+  absl::MutexLock lock(&mu_);
+  while (pending_ != 0) done_cv_.Wait(&mu_);
   job_ = nullptr;
 }
 
@@ -59,10 +57,8 @@ void ParallelFor::WorkerLoop(int index) {
     int64_t n;
     int chunks;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || generation_ != seen;
-      });
+      absl::MutexLock lock(&mu_);
+      while (!stop_ && generation_ == seen) work_cv_.Wait(&mu_);
       if (stop_) return;
       seen = generation_;
       if (index >= chunks_) continue;  // this round needs fewer threads
@@ -72,10 +68,10 @@ void ParallelFor::WorkerLoop(int index) {
     }
     RunChunk(index, chunks, n, *job);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       --pending_;
     }
-    done_cv_.notify_one();
+    done_cv_.Signal();
   }
 }
 

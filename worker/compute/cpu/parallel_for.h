@@ -11,14 +11,13 @@
 #ifndef PIPETRAIN_WORKER_COMPUTE_CPU_PARALLEL_FOR_H_
 #define PIPETRAIN_WORKER_COMPUTE_CPU_PARALLEL_FOR_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace pipetrain {
 
@@ -46,9 +45,9 @@ class ParallelFor {
   const int threads_;
   std::vector<std::thread> workers_;
 
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
+  absl::Mutex mu_;
+  absl::CondVar work_cv_;
+  absl::CondVar done_cv_;
   const std::function<void(int64_t, int64_t)>* job_ ABSL_GUARDED_BY(mu_) =
       nullptr;
   int64_t n_ ABSL_GUARDED_BY(mu_) = 0;
