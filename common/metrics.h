@@ -1,6 +1,7 @@
 // A small in-process metrics registry that renders the Prometheus text
-// exposition format (version 0.0.4). prometheus-cpp is not packaged in
-// Debian 12, so the project keeps its own minimal implementation.
+// exposition format (version 0.0.4). It was written on the mistaken belief
+// that prometheus-cpp is not packaged in Debian 12; it is
+// (prometheus-cpp-dev 1.0.1), and this registry is due to be replaced by it.
 //
 // Usage: register families once at start-up, look up the labelled children
 // you need, cache the pointers, and update them on hot paths:
