@@ -105,11 +105,13 @@ void SchedulerCore::Tick() {
         } else if (w->job_id() != id) {
           why = absl::StrCat("worker ", w->id(), " of stage ", s,
                              " no longer runs this job (it restarted)");
-        } else if (r.job_id() == id && r.status().state() == v1::STAGE_STATE_FAILED) {
+        } else if (r.job_id() == id &&
+                   r.status().state() == v1::STAGE_STATE_FAILED) {
           why = absl::StrCat("stage ", s, " failed: ", r.status().error());
         }
-        done = done && r.job_id() == id && r.state() == v1::STAGE_STATE_DONE &&
-               r.next_step() >= e->job.total_steps();
+        done = done && r.job_id() == id &&
+               r.status().state() == v1::STAGE_STATE_DONE &&
+               r.status().next_step() >= e->job.total_steps();
       }
       if (!why.empty()) {
         e->busy = true;
