@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
-#include "services/grpc_util.h"
+#include "services/rpc/grpc_util.h"
 #include "services/wire/frame_codec.h"
 #include "tests/cluster_harness.h"
 #include "worker/compute/cpu/cpu_backend.h"

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "services/grpc_util.h"
+#include "services/rpc/grpc_util.h"
 #include "services/http/loopback_http_client.h"
 #include "tests/cluster_harness.h"
 #include "worker/compute/cpu/cpu_backend.h"

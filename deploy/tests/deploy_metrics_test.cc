@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "services/grpc_util.h"
+#include "services/rpc/grpc_util.h"
 #include "services/http/loopback_http_client.h"
 #include "tests/cluster_harness.h"
 #include "worker/nn/model.h"

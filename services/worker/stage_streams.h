@@ -8,8 +8,8 @@
 // before delivering whole messages to the stage's mailbox. A stream that
 // breaks fails the mailbox, so a stage waiting on its neighbour fails the
 // step at once instead of hanging.
-#ifndef PIPETRAIN_SERVICES_STAGE_STREAMS_H_
-#define PIPETRAIN_SERVICES_STAGE_STREAMS_H_
+#ifndef PIPETRAIN_SERVICES_WORKER_STAGE_STREAMS_H_
+#define PIPETRAIN_SERVICES_WORKER_STAGE_STREAMS_H_
 
 #include <condition_variable>
 #include <deque>
@@ -122,4 +122,4 @@ class UpstreamStream final
 
 }  // namespace pipetrain
 
-#endif  // PIPETRAIN_SERVICES_STAGE_STREAMS_H_
+#endif  // PIPETRAIN_SERVICES_WORKER_STAGE_STREAMS_H_

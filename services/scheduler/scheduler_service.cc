@@ -1,62 +1,10 @@
-#include "services/scheduler_service.h"
+#include "services/scheduler/scheduler_service.h"
 
 #include <chrono>
 
-#include "services/grpc_util.h"
+#include "services/rpc/grpc_util.h"
 
 namespace pipetrain {
-
-void ControlCallMetrics::Record(const std::string& method,
-                                const char* transport, double seconds,
-                                const absl::Status& status) {
-  if (registry_ == nullptr) return;
-  auto h = registry_->GetHistogram(
-      "pipetrain_scheduler_control_call_seconds",
-      "Latency of scheduler control calls.", ExponentialBuckets(0.0001, 4, 10),
-      {{"method", method}, {"transport", transport}});
-  if (h.ok()) (*h)->Observe(seconds);
-  if (!status.ok()) {
-    auto c = registry_->GetCounter(
-        "pipetrain_scheduler_control_call_errors_total",
-        "Scheduler control calls that returned an error.",
-        {{"method", method},
-         {"transport", transport},
-         {"code", absl::StatusCodeToString(status.code())}});
-    if (c.ok()) (*c)->Increment();
-  }
-}
-
-int HttpStatusFor(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kOk:
-      return 200;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kOutOfRange:
-      return 400;
-    case absl::StatusCode::kUnauthenticated:
-      return 401;
-    case absl::StatusCode::kPermissionDenied:
-      return 403;
-    case absl::StatusCode::kNotFound:
-      return 404;
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kAborted:
-      return 409;
-    case absl::StatusCode::kResourceExhausted:
-      return 429;
-    case absl::StatusCode::kCancelled:
-      return 499;
-    case absl::StatusCode::kUnimplemented:
-      return 501;
-    case absl::StatusCode::kUnavailable:
-      return 503;
-    case absl::StatusCode::kDeadlineExceeded:
-      return 504;
-    default:
-      return 500;
-  }
-}
 
 SchedulerServiceImpl::SchedulerServiceImpl(SchedulerCore* core,
                                            ControlCallMetrics* metrics)

@@ -10,8 +10,8 @@
 //
 // Thread-safe. Slow control work (building a model, profiling) runs on the
 // service's own control thread, never in a gRPC reaction.
-#ifndef PIPETRAIN_SERVICES_STAGE_SERVICE_H_
-#define PIPETRAIN_SERVICES_STAGE_SERVICE_H_
+#ifndef PIPETRAIN_SERVICES_WORKER_STAGE_SERVICE_H_
+#define PIPETRAIN_SERVICES_WORKER_STAGE_SERVICE_H_
 
 #include <memory>
 #include <mutex>
@@ -21,7 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "pipetrain/v1/scheduler.pb.h"
 #include "pipetrain/v1/stage.grpc.pb.h"
-#include "services/control_queue.h"
+#include "services/rpc/control_queue.h"
 #include "worker/compute/backend.h"
 #include "worker/pipeline/stage_executor.h"
 #include "worker/pipeline/stage_metrics.h"
@@ -115,4 +115,4 @@ class StageServiceImpl final : public StageServiceBase {
 
 }  // namespace pipetrain
 
-#endif  // PIPETRAIN_SERVICES_STAGE_SERVICE_H_
+#endif  // PIPETRAIN_SERVICES_WORKER_STAGE_SERVICE_H_

@@ -19,11 +19,14 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "services/grpc_util.h"
 #include "services/http/http_server.h"
-#include "services/process_util.h"
-#include "services/scheduler_service.h"
-#include "services/scheduler_support.h"
+#include "services/rpc/grpc_server.h"
+#include "services/rpc/grpc_util.h"
+#include "services/rpc/process_util.h"
+#include "services/scheduler/grpc_stage_control.h"
+#include "services/scheduler/rest_gateway.h"
+#include "services/scheduler/scheduler_service.h"
+#include "services/scheduler/scheduler_support.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7000", "gRPC address to serve on");
 ABSL_FLAG(std::string, http_host, "0.0.0.0", "Address of the HTTP endpoint");

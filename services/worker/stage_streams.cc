@@ -1,10 +1,10 @@
-#include "services/stage_streams.h"
+#include "services/worker/stage_streams.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "services/grpc_util.h"
-#include "services/stage_service.h"
+#include "services/rpc/grpc_util.h"
+#include "services/worker/stage_service.h"
 
 namespace pipetrain {
 namespace {

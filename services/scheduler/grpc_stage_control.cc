@@ -1,11 +1,7 @@
-#include "services/scheduler_support.h"
+#include "services/scheduler/grpc_stage_control.h"
 
-#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "services/grpc_util.h"
-#include "worker/compute/cpu/cpu_backend.h"
-#include "worker/pipeline/local_trainer.h"
-#include "worker/pipeline/schedule.h"
+#include "services/rpc/grpc_util.h"
 
 namespace pipetrain {
 namespace {
@@ -83,69 +79,6 @@ absl::StatusOr<v1::GetTraceResponse> GrpcStageControl::GetTrace(
   request.set_since_step(since_step);
   return Call<v1::GetTraceRequest, v1::GetTraceResponse>(
       StubFor(address), &v1::StageService::Stub::GetTrace, request, 30);
-}
-
-absl::Status CpuModelSupport::Validate(const v1::TrainingSpec& spec) {
-  return ValidateTrainingSpec(spec);
-}
-
-double CpuModelSupport::TheoreticalBubble(const v1::JobSpec& spec,
-                                          int num_stages) {
-  ScheduleParams params;
-  switch (spec.schedule()) {
-    case v1::SCHEDULE_1F1B_FLUSH:
-      params.kind = ScheduleKind::kOneFOneBFlush;
-      break;
-    case v1::SCHEDULE_INTERLEAVED:
-      params.kind = ScheduleKind::kInterleaved;
-      params.virtual_stages = std::max(2, spec.virtual_stages());
-      break;
-    case v1::SCHEDULE_ZB_H1:
-      params.kind = ScheduleKind::kZeroBubbleH1;
-      break;
-    case v1::SCHEDULE_ASYNC_1F1B:
-      params.kind = ScheduleKind::kOneFOneBAsync;
-      break;
-    case v1::SCHEDULE_2BW:
-      params.kind = ScheduleKind::kTwoBW;
-      break;
-    default:
-      params.kind = ScheduleKind::kGPipe;
-  }
-  params.num_stages = std::max(1, num_stages);
-  params.micro_batches =
-      static_cast<int>(std::max<int64_t>(1, spec.training().micro_batches()));
-  return pipetrain::TheoreticalBubble(params, SimCosts());
-}
-
-absl::StatusOr<v1::EvalResult> CpuModelSupport::Evaluate(
-    const v1::TrainingSpec& spec, const std::vector<v1::TensorProto>& weights,
-    int64_t max_samples) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto backend = CreateCpuBackend(0);
-  ASSIGN_OR_RETURN(std::unique_ptr<LocalTrainer> trainer,
-                   LocalTrainer::Create(spec, backend.get()));
-  std::vector<Tensor> host;
-  for (const v1::TensorProto& t : weights) {
-    const Shape shape(t.shape().begin(), t.shape().end());
-    if (t.dtype() != v1::DTYPE_F32 ||
-        t.data().size() != NumElements(shape) * sizeof(float)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("weights of ", t.name(), " are not float32 of shape ",
-                       ShapeToString(shape)));
-    }
-    Tensor tensor = Tensor::Host(shape);
-    std::copy(t.data().begin(), t.data().end(),
-              static_cast<char*>(tensor.raw()));
-    host.push_back(tensor);
-  }
-  RETURN_IF_ERROR(trainer->model()->LoadParams(host));
-  ASSIGN_OR_RETURN(EvalReport report, trainer->Evaluate(max_samples));
-  v1::EvalResult out;
-  out.set_loss(report.loss);
-  out.set_accuracy(report.accuracy);
-  out.set_samples(report.samples);
-  return out;
 }
 
 }  // namespace pipetrain

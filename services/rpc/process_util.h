@@ -1,7 +1,7 @@
 // Small helpers shared by the binaries' main(): waiting for a shutdown
 // signal and publishing the ports a process bound.
-#ifndef PIPETRAIN_SERVICES_PROCESS_UTIL_H_
-#define PIPETRAIN_SERVICES_PROCESS_UTIL_H_
+#ifndef PIPETRAIN_SERVICES_RPC_PROCESS_UTIL_H_
+#define PIPETRAIN_SERVICES_RPC_PROCESS_UTIL_H_
 
 #include <string>
 #include <utility>
@@ -29,4 +29,4 @@ absl::Status SplitHostPort(const std::string& address, std::string* host,
 
 }  // namespace pipetrain
 
-#endif  // PIPETRAIN_SERVICES_PROCESS_UTIL_H_
+#endif  // PIPETRAIN_SERVICES_RPC_PROCESS_UTIL_H_

@@ -1,6 +1,5 @@
-// REST JSON over SchedulerCore: each route builds the call's request
-// message (from the JSON body and the path), calls the same method the
-// gRPC service calls, and prints the response with protobuf's JSON mapping.
+#include "services/scheduler/rest_gateway.h"
+
 #include <chrono>
 #include <functional>
 
@@ -8,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/json_util.h"
-#include "services/scheduler_service.h"
 #include "worker/nn/model.h"
 
 namespace pipetrain {
@@ -197,6 +195,38 @@ HttpResponse PostJobs(SchedulerCore* core, ControlCallMetrics* m,
 }
 
 }  // namespace
+
+int HttpStatusFor(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
 
 void InstallRestGateway(HttpServer* http, SchedulerCore* core,
                         ControlCallMetrics* metrics) {

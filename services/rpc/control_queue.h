@@ -2,8 +2,8 @@
 // profiling, joining threads) so gRPC reactions never block on it.
 // Thread-safe. Tasks run in FIFO order; the destructor runs what is queued
 // and joins.
-#ifndef PIPETRAIN_SERVICES_CONTROL_QUEUE_H_
-#define PIPETRAIN_SERVICES_CONTROL_QUEUE_H_
+#ifndef PIPETRAIN_SERVICES_RPC_CONTROL_QUEUE_H_
+#define PIPETRAIN_SERVICES_RPC_CONTROL_QUEUE_H_
 
 #include <condition_variable>
 #include <deque>
@@ -35,4 +35,4 @@ class ControlQueue {
 
 }  // namespace pipetrain
 
-#endif  // PIPETRAIN_SERVICES_CONTROL_QUEUE_H_
+#endif  // PIPETRAIN_SERVICES_RPC_CONTROL_QUEUE_H_

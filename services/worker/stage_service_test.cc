@@ -1,7 +1,7 @@
 // The stage service on gRPC's in-process channel: GetTrace answers with the
 // current stage's pipeline trace, filtered by step, and the usual errors
 // without a stage or for another job.
-#include "services/stage_service.h"
+#include "services/worker/stage_service.h"
 
 #include <chrono>
 #include <thread>

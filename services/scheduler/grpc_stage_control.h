@@ -1,8 +1,7 @@
-// The scheduler's links to the outside: driving stage workers over gRPC
-// (GrpcStageControl) and the model code for validating specs and evaluating
-// trained weights on the CPU (CpuModelSupport).
-#ifndef PIPETRAIN_SERVICES_SCHEDULER_SUPPORT_H_
-#define PIPETRAIN_SERVICES_SCHEDULER_SUPPORT_H_
+// GrpcStageControl: the scheduler's StageControl over gRPC, one unary call
+// per method with a deadline, statuses converted in services/rpc/grpc_util.
+#ifndef PIPETRAIN_SERVICES_SCHEDULER_GRPC_STAGE_CONTROL_H_
+#define PIPETRAIN_SERVICES_SCHEDULER_GRPC_STAGE_CONTROL_H_
 
 #include <map>
 #include <memory>
@@ -40,20 +39,6 @@ class GrpcStageControl final : public StageControl {
       ABSL_GUARDED_BY(mu_);
 };
 
-// Validates with the worker's own rules; evaluates on this process's CPU.
-// Thread-safe (evaluations run one at a time).
-class CpuModelSupport final : public ModelSupport {
- public:
-  absl::Status Validate(const v1::TrainingSpec& spec) override;
-  double TheoreticalBubble(const v1::JobSpec& spec, int num_stages) override;
-  absl::StatusOr<v1::EvalResult> Evaluate(
-      const v1::TrainingSpec& spec, const std::vector<v1::TensorProto>& weights,
-      int64_t max_samples) override;
-
- private:
-  std::mutex mu_;
-};
-
 }  // namespace pipetrain
 
-#endif  // PIPETRAIN_SERVICES_SCHEDULER_SUPPORT_H_
+#endif  // PIPETRAIN_SERVICES_SCHEDULER_GRPC_STAGE_CONTROL_H_

@@ -1,4 +1,4 @@
-#include "services/process_util.h"
+#include "services/rpc/process_util.h"
 
 #include <signal.h>
 

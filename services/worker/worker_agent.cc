@@ -1,10 +1,10 @@
-#include "services/worker_agent.h"
+#include "services/worker/worker_agent.h"
 
 #include <chrono>
 
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "services/grpc_util.h"
+#include "services/rpc/grpc_util.h"
 
 namespace pipetrain {
 

@@ -20,11 +20,12 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "services/grpc_util.h"
 #include "services/http/http_server.h"
-#include "services/process_util.h"
-#include "services/stage_service.h"
-#include "services/worker_agent.h"
+#include "services/rpc/grpc_server.h"
+#include "services/rpc/grpc_util.h"
+#include "services/rpc/process_util.h"
+#include "services/worker/stage_service.h"
+#include "services/worker/worker_agent.h"
 #include "worker/pipeline/profiler.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7100",

@@ -1,12 +1,12 @@
-#include "services/stage_service.h"
+#include "services/worker/stage_service.h"
 
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "services/grpc_util.h"
-#include "services/stage_streams.h"
+#include "services/rpc/grpc_util.h"
+#include "services/worker/stage_streams.h"
 #include "worker/pipeline/profiler.h"
 
 namespace pipetrain {

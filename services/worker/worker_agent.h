@@ -6,8 +6,8 @@
 // without its data) and keeps retrying while the scheduler is away.
 //
 // Thread-safe; owns one thread.
-#ifndef PIPETRAIN_SERVICES_WORKER_AGENT_H_
-#define PIPETRAIN_SERVICES_WORKER_AGENT_H_
+#ifndef PIPETRAIN_SERVICES_WORKER_WORKER_AGENT_H_
+#define PIPETRAIN_SERVICES_WORKER_WORKER_AGENT_H_
 
 #include <condition_variable>
 #include <memory>
@@ -17,7 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "pipetrain/v1/scheduler.grpc.pb.h"
-#include "services/stage_service.h"
+#include "services/worker/stage_service.h"
 
 namespace pipetrain {
 
@@ -51,4 +51,4 @@ class WorkerAgent {
 
 }  // namespace pipetrain
 
-#endif  // PIPETRAIN_SERVICES_WORKER_AGENT_H_
+#endif  // PIPETRAIN_SERVICES_WORKER_WORKER_AGENT_H_

@@ -1,4 +1,4 @@
-#include "services/control_queue.h"
+#include "services/rpc/control_queue.h"
 
 namespace pipetrain {
 

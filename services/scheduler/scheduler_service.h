@@ -1,35 +1,18 @@
-// The scheduler's network edge: the SchedulerService over gRPC and the same
-// user calls as REST JSON. Both call SchedulerCore's methods, which take
-// and return the proto messages; REST maps them with protobuf's JSON
-// mapping, so no call is written twice.
-#ifndef PIPETRAIN_SERVICES_SCHEDULER_SERVICE_H_
-#define PIPETRAIN_SERVICES_SCHEDULER_SERVICE_H_
+// The scheduler's gRPC edge: the SchedulerService on the callback API. Each
+// call is one SchedulerCore method taking and returning the proto messages
+// (the REST gateway calls the same methods, see rest_gateway.h), so no call
+// is written twice.
+#ifndef PIPETRAIN_SERVICES_SCHEDULER_SCHEDULER_SERVICE_H_
+#define PIPETRAIN_SERVICES_SCHEDULER_SCHEDULER_SERVICE_H_
 
 #include <string>
 
-#include "common/metrics.h"
 #include "pipetrain/v1/scheduler.grpc.pb.h"
 #include "scheduler/scheduler_core.h"
-#include "services/control_queue.h"
-#include "services/http/http_server.h"
+#include "services/rpc/control_queue.h"
+#include "services/scheduler/control_call_metrics.h"
 
 namespace pipetrain {
-
-// Latency and errors of control calls, by method and transport.
-// Thread-safe.
-class ControlCallMetrics {
- public:
-  explicit ControlCallMetrics(MetricsRegistry* registry)
-      : registry_(registry) {}
-  void Record(const std::string& method, const char* transport, double seconds,
-              const absl::Status& status);
-
- private:
-  MetricsRegistry* const registry_;  // borrowed, may be null
-};
-
-// HTTP status for a Status code (Google API mapping).
-int HttpStatusFor(absl::StatusCode code);
 
 // Thread-safe. Calls that talk to workers (pause, resume, cancel, evaluate)
 // run on the service's control thread, not in gRPC reactions.
@@ -90,19 +73,6 @@ class SchedulerServiceImpl final
   ControlQueue slow_calls_;
 };
 
-// Serves the user calls as REST JSON on `http`:
-//   POST /v1/jobs                       SubmitJob (body: a JobSpec)
-//   GET  /v1/jobs                       ListJobs
-//   GET  /v1/jobs/{id}                  GetJob
-//   POST /v1/jobs/{id}:pause|:resume|:cancel|:evaluate
-//   GET  /v1/jobs/{id}/plan             GetPlan
-//   GET  /v1/jobs/{id}/versions?since_step=N
-//   GET  /v1/jobs/{id}/trace?last_steps=N   Chrome trace JSON
-//   GET  /v1/workers                    ListWorkers
-// Errors: {"error": {"code": <http>, "status": "NOT_FOUND", "message": ...}}.
-void InstallRestGateway(HttpServer* http, SchedulerCore* core,
-                        ControlCallMetrics* metrics);
-
 }  // namespace pipetrain
 
-#endif  // PIPETRAIN_SERVICES_SCHEDULER_SERVICE_H_
+#endif  // PIPETRAIN_SERVICES_SCHEDULER_SCHEDULER_SERVICE_H_
