@@ -1,6 +1,7 @@
 // The stage service on gRPC's in-process channel: GetTrace answers with the
 // current stage's pipeline trace, filtered by step, and the usual errors
-// without a stage or for another job.
+// without a stage or for another job; host errors reach the caller with
+// their status codes.
 #include "services/worker/stage_service.h"
 
 #include <chrono>
@@ -8,6 +9,7 @@
 
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "services/worker/stage_streams.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/nn/model.h"
 
@@ -41,7 +43,10 @@ v1::StageConfig OneStageConfig(v1::ScheduleKindProto schedule) {
 class StageServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    service_ = std::make_unique<StageServiceImpl>(CreateCpuBackend(1), nullptr);
+    host_ = std::make_unique<StageHost>(CreateCpuBackend(1), nullptr);
+    service_ = std::make_unique<StageServiceImpl>(host_.get(), [this] {
+      return new UpstreamStream(host_.get(), size_t{1} << 20);
+    });
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
@@ -50,7 +55,7 @@ class StageServiceTest : public ::testing::Test {
         server_->InProcessChannel(grpc::ChannelArguments()));
   }
   void TearDown() override {
-    service_->Shutdown();
+    host_->Shutdown();
     server_->Shutdown();
   }
 
@@ -104,6 +109,7 @@ class StageServiceTest : public ::testing::Test {
     FAIL() << "the stage did not finish";
   }
 
+  std::unique_ptr<StageHost> host_;
   std::unique_ptr<StageServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::StageService::Stub> stub_;
@@ -145,6 +151,23 @@ TEST_F(StageServiceTest, GetTraceReturnsTheStepsSinceAsked) {
   v1::GetTraceResponse none;
   ASSERT_TRUE(GetTrace("job", 3, &none).ok());
   EXPECT_EQ(none.events_size(), 0);
+}
+
+// Evaluate reaches the host: its argument checks and job lookup come back
+// as gRPC status codes.
+TEST_F(StageServiceTest, EvaluateAnswersWithTheHostsStatus) {
+  v1::EvaluateStageRequest request;
+  request.set_job_id("job");
+  v1::EvaluateStageResponse response;
+  EXPECT_EQ(Unary([&](grpc::ClientContext* c) {
+              return stub_->Evaluate(c, request, &response);
+            }).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  request.set_max_samples(-1);
+  EXPECT_EQ(Unary([&](grpc::ClientContext* c) {
+              return stub_->Evaluate(c, request, &response);
+            }).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 }  // namespace

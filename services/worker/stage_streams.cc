@@ -4,7 +4,6 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "services/rpc/grpc_util.h"
-#include "services/worker/stage_service.h"
 
 namespace pipetrain {
 namespace {
@@ -178,18 +177,18 @@ class UpstreamStream::Link final : public StageLink {
   UpstreamStream* stream_ ABSL_GUARDED_BY(mu_);
 };
 
-UpstreamStream::UpstreamStream(StageServiceImpl* service) : service_(service) {
+UpstreamStream::UpstreamStream(StageHost* host, size_t chunk_bytes)
+    : host_(host), chunk_bytes_(chunk_bytes) {
   StartRead(&in_);
 }
 
 absl::Status UpstreamStream::Send(StageMessage message) {
-  if (service_->metrics() != nullptr) {
-    service_->metrics()->CountMessage(StageMetrics::kSent, message.kind,
-                                      PayloadBytes(message));
+  if (host_->metrics() != nullptr) {
+    host_->metrics()->CountMessage(StageMetrics::kSent, message.kind,
+                                   PayloadBytes(message));
   }
-  ASSIGN_OR_RETURN(
-      std::vector<grpc::ByteBuffer> frames,
-      EncodeMessage(job_id_, message, service_->options().chunk_bytes));
+  ASSIGN_OR_RETURN(std::vector<grpc::ByteBuffer> frames,
+                   EncodeMessage(job_id_, message, chunk_bytes_));
   bool start = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -246,7 +245,7 @@ absl::Status UpstreamStream::HandleFrame() {
     if (executor_ != nullptr) {
       return absl::InvalidArgumentError("a second HELLO on one stream");
     }
-    ASSIGN_OR_RETURN(executor_, service_->Executor(h.job_id()));
+    ASSIGN_OR_RETURN(executor_, host_->Executor(h.job_id()));
     const int stage = executor_->config().stage();
     // Interleaved: worker 0's previous stage is the last worker (the
     // wrap-around link from the last virtual stage of one chunk).
@@ -273,7 +272,7 @@ absl::Status UpstreamStream::HandleFrame() {
         "frame for job '", h.job_id(), "' on a stream of job '", job_id_, "'"));
   }
   if (!decoded.message.has_value()) return absl::OkStatus();
-  return DeliverTo(executor_.get(), service_->metrics(),
+  return DeliverTo(executor_.get(), host_->metrics(),
                    std::move(*decoded.message));
 }
 
@@ -305,6 +304,15 @@ void UpstreamStream::OnDone() {
     executor_->ClearUpstream(link_.get());
   }
   delete this;
+}
+
+DownstreamOpener DownstreamStreamOpener(StageMetrics* metrics,
+                                        size_t chunk_bytes) {
+  return [metrics, chunk_bytes](const std::string& address,
+                                std::shared_ptr<StageExecutor> executor) {
+    return DownstreamStream::Open(address, std::move(executor), metrics,
+                                  chunk_bytes);
+  };
 }
 
 }  // namespace pipetrain

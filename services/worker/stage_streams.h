@@ -7,7 +7,9 @@
 // write and one read in flight; both decode and validate incoming frames
 // before delivering whole messages to the stage's mailbox. A stream that
 // breaks fails the mailbox, so a stage waiting on its neighbour fails the
-// step at once instead of hanging.
+// step at once instead of hanging. Both reach the stage through the
+// StageHost only (the upstream end looks up its job's executor there; the
+// host opens the downstream end through DownstreamStreamOpener).
 #ifndef PIPETRAIN_SERVICES_WORKER_STAGE_STREAMS_H_
 #define PIPETRAIN_SERVICES_WORKER_STAGE_STREAMS_H_
 
@@ -23,11 +25,10 @@
 #include "grpcpp/grpcpp.h"
 #include "services/wire/frame_codec.h"
 #include "worker/pipeline/stage_executor.h"
+#include "worker/pipeline/stage_host.h"
 #include "worker/pipeline/stage_metrics.h"
 
 namespace pipetrain {
-
-class StageServiceImpl;
 
 // Outgoing frames of one stream: at most one write in flight. Not
 // thread-safe on its own; guarded by its owner's mutex.
@@ -43,7 +44,7 @@ struct WriteQueue {
 // Client end of an Exchange stream to the next stage. Thread-safe.
 class DownstreamStream final
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-      public StageLink {
+      public DownstreamLink {
  public:
   // Opens the stream (waiting for the neighbour to come up) and sends
   // HELLO. `executor` receives what comes back.
@@ -54,7 +55,7 @@ class DownstreamStream final
 
   absl::Status Send(StageMessage message) override;
   // Cancels the stream and waits until gRPC is done with it.
-  void Close();
+  void Close() override;
 
   void OnWriteDone(bool ok) override;
   void OnReadDone(bool ok) override;
@@ -90,7 +91,9 @@ class DownstreamStream final
 class UpstreamStream final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit UpstreamStream(StageServiceImpl* service);
+  // `host` is borrowed and must outlive the stream; frames of at most
+  // `chunk_bytes` payload bytes go back up.
+  UpstreamStream(StageHost* host, size_t chunk_bytes);
 
   // Queues a message to the upstream stage (called through its StageLink).
   absl::Status Send(StageMessage message);
@@ -106,7 +109,8 @@ class UpstreamStream final
   void FinishWith(const grpc::Status& status);
   absl::Status HandleFrame();
 
-  StageServiceImpl* const service_;  // borrowed
+  StageHost* const host_;  // borrowed
+  const size_t chunk_bytes_;
   // Used only by read reactions.
   grpc::ByteBuffer in_;
   FrameAssembler assembler_;
@@ -119,6 +123,12 @@ class UpstreamStream final
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
 };
+
+// A StageHost's way to open DownstreamStreams: frames of at most
+// `chunk_bytes` payload bytes; `metrics` (borrowed, may be null) counts
+// what they send and receive.
+DownstreamOpener DownstreamStreamOpener(StageMetrics* metrics,
+                                        size_t chunk_bytes);
 
 }  // namespace pipetrain
 

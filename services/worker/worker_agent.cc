@@ -9,9 +9,9 @@
 namespace pipetrain {
 
 WorkerAgent::WorkerAgent(const std::string& scheduler_address,
-                         v1::WorkerInfo info, const StageServiceImpl* service)
+                         v1::WorkerInfo info, const StageHost* host)
     : scheduler_address_(scheduler_address),
-      service_(service),
+      host_(host),
       stub_(v1::SchedulerService::NewStub(
           CreatePipetrainChannel(scheduler_address))),
       info_(std::move(info)) {
@@ -48,10 +48,10 @@ absl::Status WorkerAgent::Register() {
 absl::Status WorkerAgent::Beat() {
   v1::HeartbeatRequest request;
   request.set_worker_id(info_.id());
-  std::optional<v1::StageReport> report = service_->Report(reported_since_);
+  std::optional<v1::StageReport> report = host_->Report(reported_since_);
   if (report.has_value() && report->job_id() != reported_job_) {
     // A new stage: report its results from the start.
-    report = service_->Report(0);
+    report = host_->Report(0);
   }
   int64_t next_since = reported_since_;
   if (report.has_value()) {

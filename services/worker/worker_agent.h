@@ -17,15 +17,15 @@
 
 #include "absl/base/thread_annotations.h"
 #include "pipetrain/v1/scheduler.grpc.pb.h"
-#include "services/worker/stage_service.h"
+#include "worker/pipeline/stage_host.h"
 
 namespace pipetrain {
 
 class WorkerAgent {
  public:
-  // `service` is borrowed and must outlive the agent.
+  // `host` is borrowed and must outlive the agent.
   WorkerAgent(const std::string& scheduler_address, v1::WorkerInfo info,
-              const StageServiceImpl* service);
+              const StageHost* host);
   ~WorkerAgent();
 
  private:
@@ -34,7 +34,7 @@ class WorkerAgent {
   absl::Status Beat();
 
   const std::string scheduler_address_;
-  const StageServiceImpl* const service_;  // borrowed
+  const StageHost* const host_;  // borrowed
   std::unique_ptr<v1::SchedulerService::Stub> stub_;
   // Used only by the agent's thread.
   v1::WorkerInfo info_;

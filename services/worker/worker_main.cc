@@ -25,6 +25,7 @@
 #include "services/rpc/grpc_util.h"
 #include "services/rpc/process_util.h"
 #include "services/worker/stage_service.h"
+#include "services/worker/stage_streams.h"
 #include "services/worker/worker_agent.h"
 #include "worker/pipeline/profiler.h"
 
@@ -106,11 +107,15 @@ absl::Status Run() {
   const std::string device = backend->Describe();
 
   ASSIGN_OR_RETURN(v1::WorkerInfo info, DescribeWorker(backend.get()));
-  StageServiceOptions options;
-  options.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes));
-  const Backend* memory_source = backend.get();  // owned by `service`
-  StageServiceImpl service(std::move(backend), metrics.get(), options);
-  // /metrics reads the backend: stop serving it before `service` goes,
+  const size_t chunk_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes));
+  StageHost stage_host(std::move(backend), metrics.get(),
+                       DownstreamStreamOpener(metrics.get(), chunk_bytes));
+  const Backend* memory_source = &stage_host.backend();
+  StageServiceImpl service(&stage_host, [&stage_host, chunk_bytes] {
+    return new UpstreamStream(&stage_host, chunk_bytes);
+  });
+  // /metrics reads the backend: stop serving it before `stage_host` goes,
   // on every return path.
   absl::Cleanup stop_http = [&http] {
     if (http != nullptr) http->Stop();
@@ -144,7 +149,7 @@ absl::Status Run() {
   std::unique_ptr<WorkerAgent> agent;
   if (!absl::GetFlag(FLAGS_scheduler).empty()) {
     agent = std::make_unique<WorkerAgent>(absl::GetFlag(FLAGS_scheduler), info,
-                                          &service);
+                                          &stage_host);
   }
   RETURN_IF_ERROR(
       WritePortFile(absl::GetFlag(FLAGS_port_file),
@@ -155,7 +160,7 @@ absl::Status Run() {
   const int signal = WaitForShutdownSignal();
   PT_LOG(INFO) << "signal " << signal << ": shutting down";
   agent.reset();
-  service.Shutdown();
+  stage_host.Shutdown();
   server->Shutdown(DeadlineIn(5));
   if (http != nullptr) http->Stop();
   return absl::OkStatus();
