@@ -45,7 +45,7 @@
 #include "services/http/loopback_http_client.h"
 #include "services/rpc/process_util.h"
 #include "tests/cluster_harness.h"
-#include "worker/nn/model.h"
+#include "common/proto_json.h"
 
 namespace pipetrain {
 namespace {

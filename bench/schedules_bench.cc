@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_models.h"
 #include "tests/cluster_harness.h"
-#include "worker/nn/model.h"
+#include "common/proto_json.h"
 #include "worker/pipeline/schedule.h"
 
 namespace pipetrain {

@@ -14,7 +14,7 @@
 #include "services/wire/frame_codec.h"
 #include "tests/cluster_harness.h"
 #include "worker/compute/cpu/cpu_backend.h"
-#include "worker/nn/model.h"
+#include "common/proto_json.h"
 #include "worker/pipeline/local_trainer.h"
 
 namespace pipetrain::testing {

@@ -21,7 +21,7 @@
 #include "services/rpc/grpc_util.h"
 #include "services/http/loopback_http_client.h"
 #include "tests/cluster_harness.h"
-#include "worker/nn/model.h"
+#include "common/proto_json.h"
 
 namespace pipetrain::testing {
 namespace {

@@ -14,7 +14,7 @@
 #include "services/ctl/scheduler_client.h"
 #include "services/ctl/views.h"
 #include "services/ctl/watch.h"
-#include "worker/nn/model.h"
+#include "common/proto_json.h"
 
 namespace pipetrain {
 namespace ctl {

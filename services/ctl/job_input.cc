@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "worker/nn/model.h"
+#include "common/proto_json.h"
 
 namespace pipetrain {
 namespace ctl {

@@ -6,8 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "google/protobuf/util/json_util.h"
-#include "worker/nn/model.h"
+#include "common/proto_json.h"
 
 namespace pipetrain {
 namespace {
@@ -38,10 +37,8 @@ HttpResponse ErrorResponse(const absl::Status& status) {
 }
 
 HttpResponse JsonResponse(const google::protobuf::Message& msg) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
   HttpResponse r;
-  (void)google::protobuf::util::MessageToJsonString(msg, &r.body, options);
+  r.body = ToApiJson(msg);
   return r;
 }
 

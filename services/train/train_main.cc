@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "worker/compute/backend.h"
 #include "worker/pipeline/local_trainer.h"

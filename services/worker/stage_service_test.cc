@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "services/worker/stage_streams.h"
 #include "worker/compute/cpu/cpu_backend.h"
-#include "worker/nn/model.h"
+#include "common/proto_json.h"
 
 namespace pipetrain {
 namespace {

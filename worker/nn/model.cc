@@ -1,11 +1,7 @@
 #include "worker/nn/model.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "google/protobuf/util/json_util.h"
 #include "worker/compute/elementwise_math.h"
 #include "worker/nn/layers.h"
 
@@ -203,43 +199,6 @@ absl::StatusOr<std::vector<Shape>> ValidateModelSpec(
     shapes.push_back(shape);
   }
   return shapes;
-}
-
-absl::Status ParseJson(const std::string& json,
-                       google::protobuf::Message* msg) {
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = false;
-  const auto status =
-      google::protobuf::util::JsonStringToMessage(json, msg, options);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid ", msg->GetDescriptor()->name(),
-                     " JSON: ", std::string(status.message())));
-  }
-  return absl::OkStatus();
-}
-
-std::string ToJson(const google::protobuf::Message& msg) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(msg, &out, options);
-  return out;
-}
-
-absl::Status ReadJsonFile(const std::string& path,
-                          google::protobuf::Message* msg) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const absl::Status status = ParseJson(buffer.str(), msg);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", status.message()));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Build(const v1::ModelSpec& spec,

@@ -1,4 +1,4 @@
-// Model specs (validation, JSON I/O) and a built range of a model's layers.
+// Model spec validation and a built range of a model's layers.
 //
 // A stage of a pipeline holds layers [begin, end) of the spec; the whole
 // model is the range [0, layers_size). Initialization depends only on the
@@ -25,14 +25,6 @@ namespace pipetrain {
 // "layers[2].linear.in_features: 512 does not match the input's last
 // dimension 256".
 absl::StatusOr<std::vector<Shape>> ValidateModelSpec(const v1::ModelSpec& spec);
-
-// Parses a message from protobuf JSON (InvalidArgument on malformed JSON or
-// unknown fields) and writes one as indented JSON.
-absl::Status ParseJson(const std::string& json, google::protobuf::Message* msg);
-std::string ToJson(const google::protobuf::Message& msg);
-// Reads a file and parses it (NotFound naming the file when it is missing).
-absl::Status ReadJsonFile(const std::string& path,
-                          google::protobuf::Message* msg);
 
 // Layers [begin, end) of a spec, built on one backend.
 // Not thread-safe: owned by one compute thread.

@@ -2,6 +2,7 @@
 // field, and initialization that does not depend on the partition.
 #include "worker/nn/model.h"
 
+#include "common/proto_json.h"
 #include "gtest/gtest.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/compute/elementwise_math.h"

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/proto_json.h"
 #include "gtest/gtest.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/pipeline/local_trainer.h"
