@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/bench_models.h"
-#include "tests/cluster_harness.h"
 #include "common/proto_json.h"
-#include "worker/pipeline/schedule.h"
+#include "spec/schedule.h"
+#include "tests/cluster_harness.h"
 
 namespace pipetrain {
 namespace {

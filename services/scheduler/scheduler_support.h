@@ -12,7 +12,8 @@
 
 namespace pipetrain {
 
-// Validates with the worker's own rules; evaluates on this process's CPU.
+// Validates and predicts with spec/ (compute-free); evaluates on this
+// process's CPU.
 // Thread-safe (evaluations run one at a time).
 class CpuModelSupport final : public ModelSupport {
  public:

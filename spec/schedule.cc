@@ -1,6 +1,6 @@
 // Instruction streams of the pipeline schedules and their theoretical
 // bubbles. The simulator that checks them lives in simulator.cc.
-#include "worker/pipeline/schedule.h"
+#include "spec/schedule.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -18,9 +18,6 @@ namespace {
 // Bound on K * v * M so a bad job spec cannot ask for gigabytes of
 // instructions (the simulator keeps one mailbox slot per chunk-op).
 constexpr int64_t kMaxStageChunkMicroBatches = int64_t{1} << 22;
-
-constexpr const char* kValidKinds =
-    "gpipe, 1f1b-flush, interleaved, zb-h1, 1f1b-async, 2bw";
 
 absl::Status ValidateVirtualStages(const ScheduleParams& p) {
   if (p.kind != ScheduleKind::kInterleaved) {
@@ -324,35 +321,6 @@ const char* OpKindName(OpKind op) {
       return "OptimizerStep";
   }
   return "UnknownOp";
-}
-
-const char* ScheduleKindName(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::kGPipe:
-      return "gpipe";
-    case ScheduleKind::kOneFOneBFlush:
-      return "1f1b-flush";
-    case ScheduleKind::kInterleaved:
-      return "interleaved";
-    case ScheduleKind::kZeroBubbleH1:
-      return "zb-h1";
-    case ScheduleKind::kOneFOneBAsync:
-      return "1f1b-async";
-    case ScheduleKind::kTwoBW:
-      return "2bw";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<ScheduleKind> ParseScheduleKind(const std::string& name) {
-  for (ScheduleKind kind :
-       {ScheduleKind::kGPipe, ScheduleKind::kOneFOneBFlush,
-        ScheduleKind::kInterleaved, ScheduleKind::kZeroBubbleH1,
-        ScheduleKind::kOneFOneBAsync, ScheduleKind::kTwoBW}) {
-    if (name == ScheduleKindName(kind)) return kind;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown schedule kind \"", name, "\"; valid: ", kValidKinds));
 }
 
 // "F3", "BI3", "W3", "SendA3@c1", "Step"; "B3@t-1", "Step@t-1" for a

@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/pipeline/schedule.h"
+#include "spec/schedule.h"
 
 namespace pipetrain {
 namespace {

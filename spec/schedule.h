@@ -12,33 +12,16 @@
 // micro-batches of earlier steps (Instruction::step_offset < 0); warm-up
 // happens only in a run's first step and cool-down only in its last
 // (ScheduleParams::steps_before, last_step).
-#ifndef PIPETRAIN_WORKER_PIPELINE_SCHEDULE_H_
-#define PIPETRAIN_WORKER_PIPELINE_SCHEDULE_H_
+#ifndef PIPETRAIN_SPEC_SCHEDULE_H_
+#define PIPETRAIN_SPEC_SCHEDULE_H_
 
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "spec/vocabulary.h"
 
 namespace pipetrain {
-
-enum class ScheduleKind {
-  kGPipe = 0,      // all forwards, then all backwards, one update (flush)
-  kOneFOneBFlush,  // PipeDream-Flush: 1F1B steady state, one update (flush)
-  kInterleaved,    // interleaved 1F1B, v virtual stages (chunks) per stage
-  kZeroBubbleH1,   // ZB-H1: backward split into B (input) and W (weight)
-  // PipeDream's asynchronous 1F1B: 1F1B's order, and an optimizer step after
-  // every micro-batch's backward (no gradient accumulation). Backward uses
-  // the weights its forward used (weight stashing). Cross-step: no flush
-  // between steps.
-  kOneFOneBAsync,
-  // PipeDream-2BW: 1F1B's order across steps (no flush); a step's M
-  // gradients accumulate and are applied once, right after its last
-  // backward. Double-buffered weights: every micro-batch of step t uses
-  // the version after step t - 2's update (W(t+1) = W(t) - lr grad(W(t-1))),
-  // so a stage keeps at most 2 versions. Needs M >= K - 1.
-  kTwoBW,
-};
 
 enum class OpKind {
   // Stage 0 only: take micro-batch m's inputs (and labels) from the data.
@@ -83,10 +66,6 @@ struct Instruction {
 const char* OpKindName(OpKind op);
 // The short name ToString uses: "F", "B", "BI", "W", "SendA", "Step", ...
 const char* OpKindShortName(OpKind op);
-const char* ScheduleKindName(ScheduleKind kind);
-// Parses "gpipe", "1f1b-flush", "interleaved", "zb-h1", "1f1b-async",
-// "2bw".
-absl::StatusOr<ScheduleKind> ParseScheduleKind(const std::string& name);
 std::string ToString(const Instruction& instruction);
 // True for the schedules whose pipeline runs on across step boundaries.
 bool IsCrossStep(ScheduleKind kind);
@@ -176,4 +155,4 @@ double TheoreticalBubble(const ScheduleParams& params, const SimCosts& costs);
 
 }  // namespace pipetrain
 
-#endif  // PIPETRAIN_WORKER_PIPELINE_SCHEDULE_H_
+#endif  // PIPETRAIN_SPEC_SCHEDULE_H_

@@ -1,4 +1,4 @@
-#include "worker/pipeline/schedule.h"
+#include "spec/schedule.h"
 
 #include <algorithm>
 #include <map>
@@ -423,22 +423,6 @@ TEST(ScheduleTest, BadParametersAreInvalidArgument) {
   EXPECT_EQ(Simulate(Params(ScheduleKind::kInterleaved, 4, 6, 2), SimCosts{})
                 .status.code(),
             absl::StatusCode::kInvalidArgument);
-}
-
-TEST(ScheduleTest, KindNamesRoundTrip) {
-  for (ScheduleKind kind :
-       {ScheduleKind::kGPipe, ScheduleKind::kOneFOneBFlush,
-        ScheduleKind::kInterleaved, ScheduleKind::kZeroBubbleH1,
-        ScheduleKind::kOneFOneBAsync, ScheduleKind::kTwoBW}) {
-    absl::StatusOr<ScheduleKind> parsed =
-        ParseScheduleKind(ScheduleKindName(kind));
-    ASSERT_TRUE(parsed.ok()) << parsed.status();
-    EXPECT_EQ(*parsed, kind);
-  }
-  absl::StatusOr<ScheduleKind> bad = ParseScheduleKind("pipedream");
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(bad.status().message(),
-              HasSubstr("gpipe, 1f1b-flush, interleaved, zb-h1"));
 }
 
 TEST(ScheduleTest, InstructionsPrintShortly) {
