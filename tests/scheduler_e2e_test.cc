@@ -11,13 +11,13 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "services/rpc/grpc_util.h"
 #include "services/http/loopback_http_client.h"
+#include "services/rpc/grpc_util.h"
 #include "tests/cluster_harness.h"
 #include "worker/compute/cpu/cpu_backend.h"
-#include "common/proto_json.h"
 #include "worker/pipeline/local_trainer.h"
 
 namespace pipetrain::testing {

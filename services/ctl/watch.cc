@@ -11,8 +11,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "services/ctl/progress_bar.h"
 #include "common/proto_json.h"
+#include "services/ctl/progress_bar.h"
 
 namespace pipetrain {
 namespace ctl {

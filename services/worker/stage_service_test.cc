@@ -7,11 +7,11 @@
 #include <chrono>
 #include <thread>
 
+#include "common/proto_json.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "services/worker/stage_streams.h"
 #include "worker/compute/cpu/cpu_backend.h"
-#include "common/proto_json.h"
 
 namespace pipetrain {
 namespace {

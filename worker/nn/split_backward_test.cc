@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "common/proto_json.h"
+#include "gtest/gtest.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/compute/elementwise_math.h"
 #include "worker/nn/layers.h"
