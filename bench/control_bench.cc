@@ -40,12 +40,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/proto_json.h"
 #include "common/status_macros.h"
-#include "services/grpc_util.h"
 #include "services/http/loopback_http_client.h"
-#include "services/process_util.h"
+#include "services/rpc/grpc_util.h"
+#include "services/rpc/process_util.h"
 #include "tests/cluster_harness.h"
-#include "worker/nn/model.h"
 
 namespace pipetrain {
 namespace {

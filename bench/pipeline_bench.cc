@@ -14,11 +14,11 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/bench_models.h"
+#include "spec/schedule.h"
 #include "tests/cluster_harness.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/nn/model.h"
 #include "worker/pipeline/local_trainer.h"
-#include "worker/pipeline/schedule.h"
 
 namespace pipetrain {
 namespace {

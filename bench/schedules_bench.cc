@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/bench_models.h"
+#include "common/proto_json.h"
+#include "spec/schedule.h"
 #include "tests/cluster_harness.h"
-#include "worker/nn/model.h"
-#include "worker/pipeline/schedule.h"
 
 namespace pipetrain {
 namespace {

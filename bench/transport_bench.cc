@@ -31,7 +31,8 @@
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
-#include "services/grpc_util.h"
+#include "services/rpc/grpc_server.h"
+#include "services/rpc/grpc_util.h"
 #include "services/wire/frame_codec.h"
 
 namespace pipetrain {

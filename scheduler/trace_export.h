@@ -19,7 +19,7 @@
 
 namespace pipetrain {
 
-// The instructions a stage runs (worker/pipeline/schedule.h's OpKind, whose
+// The instructions a stage runs (spec/schedule.h's OpKind, whose
 // short names travel in TraceEvent.op).
 enum class TraceOp {
   kLoadInput,

@@ -16,7 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "services/grpc_util.h"
+#include "services/rpc/grpc_util.h"
 
 namespace pipetrain::testing {
 

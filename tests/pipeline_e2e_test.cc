@@ -10,13 +10,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/proto_json.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
-#include "services/grpc_util.h"
+#include "services/rpc/grpc_util.h"
 #include "services/wire/frame_codec.h"
 #include "tests/cluster_harness.h"
 #include "worker/compute/cpu/cpu_backend.h"
-#include "worker/nn/model.h"
 #include "worker/pipeline/local_trainer.h"
 
 namespace pipetrain::testing {

@@ -3,10 +3,10 @@
 #include <chrono>
 #include <thread>
 
+#include "common/proto_json.h"
 #include "google/protobuf/util/json_util.h"
-#include "services/grpc_util.h"
+#include "services/rpc/grpc_util.h"
 #include "worker/compute/cpu/cpu_backend.h"
-#include "worker/nn/model.h"
 
 namespace pipetrain::testing {
 

@@ -14,14 +14,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "services/grpc_util.h"
 #include "services/http/loopback_http_client.h"
+#include "services/rpc/grpc_util.h"
 #include "tests/scheduler_cluster.h"
-#include "worker/nn/model.h"
 
 namespace pipetrain::testing {
 namespace {

@@ -11,11 +11,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "services/grpc_util.h"
 #include "services/http/loopback_http_client.h"
+#include "services/rpc/grpc_util.h"
 #include "tests/scheduler_cluster.h"
-#include "worker/nn/model.h"
 
 namespace pipetrain::testing {
 namespace {

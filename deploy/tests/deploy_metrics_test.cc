@@ -17,11 +17,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/proto_json.h"
 #include "gtest/gtest.h"
-#include "services/grpc_util.h"
 #include "services/http/loopback_http_client.h"
+#include "services/rpc/grpc_util.h"
 #include "tests/cluster_harness.h"
-#include "worker/nn/model.h"
 
 namespace pipetrain::testing {
 namespace {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "google/protobuf/message.h"
 #include "services/ctl/progress_bar.h"
@@ -14,7 +15,6 @@
 #include "services/ctl/scheduler_client.h"
 #include "services/ctl/views.h"
 #include "services/ctl/watch.h"
-#include "worker/nn/model.h"
 
 namespace pipetrain {
 namespace ctl {
@@ -58,8 +58,7 @@ absl::StatusOr<int> Watch(const Invocation& in, const std::string& job_id) {
 }
 
 absl::StatusOr<int> Submit(const Invocation& in) {
-  ASSIGN_OR_RETURN(v1::JobSpec spec, ReadJobInput(in.arg));
-  RETURN_IF_ERROR(ApplyJobOverrides(in.options->overrides, &spec));
+  ASSIGN_OR_RETURN(v1::JobSpec spec, LoadJob(in.arg, in.options->overrides));
   ASSIGN_OR_RETURN(v1::Job job, in.client->SubmitJob(spec));
   if (!in.options->watch) return Print(in, job, job.id() + "\n");
   if (!in.options->json) {

@@ -1,7 +1,7 @@
 // Turning what a user hands `pipetrainctl submit` into a JobSpec: the file
 // may hold a whole JobSpec or just the TrainingSpec that pipetrain-train
-// takes, and flags may override the schedule knobs. Pure functions;
-// thread-safe.
+// takes, and flags may override the schedule knobs. Pure functions (but
+// for reading the file); thread-safe.
 #ifndef PIPETRAIN_SERVICES_CTL_JOB_INPUT_H_
 #define PIPETRAIN_SERVICES_CTL_JOB_INPUT_H_
 
@@ -22,13 +22,10 @@ absl::StatusOr<v1::JobSpec> ParseJobInput(const std::string& json);
 // Reads `path` and parses it with ParseJobInput; errors name the file.
 absl::StatusOr<v1::JobSpec> ReadJobInput(const std::string& path);
 
-// "gpipe", "1f1b-flush", "interleaved", "zb-h1" and back.
-absl::StatusOr<v1::ScheduleKindProto> ParseScheduleName(
-    const std::string& name);
+// The user-facing names of a spec's schedule and wire dtype, for display
+// (spec/vocabulary.h); "unknown(N)" for a value this build does not know,
+// e.g. from a newer scheduler.
 std::string ScheduleName(v1::ScheduleKindProto kind);
-
-// "f32", "bf16", "f16" and back.
-absl::StatusOr<v1::DType> ParseWireName(const std::string& name);
 std::string WireName(v1::DType dtype);
 
 // Flag overrides for a submitted spec; unset fields leave the spec alone.
@@ -38,9 +35,16 @@ struct JobOverrides {
   std::optional<std::string> wire;
 };
 
-// InvalidArgument for a negative stage count or an unknown name.
+// InvalidArgument for an unknown schedule or dtype name. Values are not
+// checked against each other here; ValidateJobSpec does that.
 absl::Status ApplyJobOverrides(const JobOverrides& overrides,
                                v1::JobSpec* spec);
+
+// What `submit` sends: the file read with ReadJobInput, the overrides
+// applied, and the result checked with ValidateJobSpec (spec/job_spec.h),
+// so a bad job fails here with the scheduler's own message.
+absl::StatusOr<v1::JobSpec> LoadJob(const std::string& path,
+                                    const JobOverrides& overrides);
 
 }  // namespace ctl
 }  // namespace pipetrain

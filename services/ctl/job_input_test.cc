@@ -1,5 +1,6 @@
 #include "services/ctl/job_input.h"
 
+#include <cstdlib>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -61,19 +62,13 @@ TEST(ReadJobInput, MissingFileIsNotFoundAndNamed) {
   EXPECT_THAT(spec.status().message(), HasSubstr("/nonexistent/job.json"));
 }
 
-TEST(ScheduleAndWireNames, RoundTrip) {
-  for (const char* name : {"gpipe", "1f1b-flush", "interleaved", "zb-h1"}) {
-    absl::StatusOr<v1::ScheduleKindProto> kind = ParseScheduleName(name);
-    ASSERT_TRUE(kind.ok()) << name;
-    EXPECT_EQ(ScheduleName(*kind), name);
-  }
-  for (const char* name : {"f32", "bf16", "f16"}) {
-    absl::StatusOr<v1::DType> dtype = ParseWireName(name);
-    ASSERT_TRUE(dtype.ok()) << name;
-    EXPECT_EQ(WireName(*dtype), name);
-  }
-  EXPECT_THAT(ParseScheduleName("1f1b").status().message(),
-              HasSubstr("unknown schedule '1f1b' (one of gpipe, 1f1b-flush"));
+TEST(ScheduleAndWireNames, NameKnownValuesAndShowUnknownOnes) {
+  EXPECT_EQ(ScheduleName(v1::SCHEDULE_1F1B_FLUSH), "1f1b-flush");
+  EXPECT_EQ(ScheduleName(v1::SCHEDULE_ASYNC_1F1B), "1f1b-async");
+  EXPECT_EQ(WireName(v1::DTYPE_BF16), "bf16");
+  EXPECT_EQ(ScheduleName(static_cast<v1::ScheduleKindProto>(42)),
+            "unknown(42)");
+  EXPECT_EQ(WireName(static_cast<v1::DType>(7)), "unknown(7)");
 }
 
 TEST(ApplyJobOverrides, FlagsReplaceTheSpecsValues) {
@@ -99,16 +94,39 @@ TEST(ApplyJobOverrides, UnsetFlagsLeaveTheSpecAlone) {
   EXPECT_EQ(spec.wire_dtype(), v1::DTYPE_BF16);
 }
 
-TEST(ApplyJobOverrides, RejectsBadValues) {
+TEST(ApplyJobOverrides, RejectsUnknownNames) {
   v1::JobSpec spec;
-  JobOverrides negative;
-  negative.num_stages = -2;
-  EXPECT_EQ(ApplyJobOverrides(negative, &spec).code(),
-            absl::StatusCode::kInvalidArgument);
   JobOverrides wire;
   wire.wire = "fp8";
   EXPECT_EQ(ApplyJobOverrides(wire, &spec).code(),
             absl::StatusCode::kInvalidArgument);
+  JobOverrides schedule;
+  schedule.schedule = "1f1b";
+  const absl::Status status = ApplyJobOverrides(schedule, &spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("unknown schedule kind \"1f1b\"; valid: gpipe"));
+}
+
+// LoadJob checks what submit would send with the scheduler's own rules.
+TEST(LoadJob, ValidatesTheJobWithItsOverrides) {
+  const char* root = std::getenv("PIPETRAIN_SOURCE_DIR");
+  const std::string path = std::string(root != nullptr ? root : ".") +
+                           "/examples/fashion_mnist_mlp.job.json";
+  JobOverrides overrides;
+  overrides.schedule = "1f1b-flush";
+  absl::StatusOr<v1::JobSpec> spec = LoadJob(path, overrides);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->schedule(), v1::SCHEDULE_1F1B_FLUSH);
+
+  overrides.num_stages = -2;
+  EXPECT_THAT(LoadJob(path, overrides).status().message(),
+              HasSubstr("spec.num_stages"));
+  // Interleaving 3 workers needs micro-batches (4 here) divisible by 3.
+  overrides.num_stages = 3;
+  overrides.schedule = "interleaved";
+  EXPECT_THAT(LoadJob(path, overrides).status().message(),
+              HasSubstr("divisible by 3"));
 }
 
 }  // namespace

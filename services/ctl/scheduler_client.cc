@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "services/grpc_util.h"
+#include "services/rpc/grpc_util.h"
 
 namespace pipetrain {
 namespace ctl {

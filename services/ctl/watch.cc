@@ -12,9 +12,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "common/proto_json.h"
 #include "services/ctl/progress_bar.h"
 #include "services/ctl/views.h"
-#include "worker/nn/model.h"
 
 namespace pipetrain {
 namespace ctl {

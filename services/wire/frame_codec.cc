@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "spec/vocabulary.h"
 
 namespace pipetrain {
 namespace {
@@ -13,30 +14,6 @@ constexpr int64_t kMaxHeaderBytes = 1 << 20;
 const char kZeros[kAlign] = {};
 
 int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-v1::DType ToProto(DType d) {
-  switch (d) {
-    case DType::kBF16:
-      return v1::DTYPE_BF16;
-    case DType::kF16:
-      return v1::DTYPE_F16;
-    case DType::kF32:
-      break;
-  }
-  return v1::DTYPE_F32;
-}
-
-absl::StatusOr<DType> FromProto(int d) {
-  switch (d) {
-    case v1::DTYPE_F32:
-      return DType::kF32;
-    case v1::DTYPE_BF16:
-      return DType::kBF16;
-    case v1::DTYPE_F16:
-      return DType::kF16;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", d));
-}
 
 absl::StatusOr<MessageKind> KindFromProto(v1::FrameKind kind) {
   switch (kind) {
@@ -79,7 +56,7 @@ struct Layout {
 absl::StatusOr<Layout> LayoutOf(const v1::FrameHeader& header) {
   Layout layout;
   for (const v1::TensorMeta& meta : header.tensors()) {
-    ASSIGN_OR_RETURN(DType dtype, FromProto(meta.dtype()));
+    ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(meta.dtype()));
     int64_t n = 1;
     for (int64_t d : meta.shape()) {
       if (d < 0 || d > kMaxMessageBytes) {
@@ -186,7 +163,7 @@ absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeMessage(
       return absl::InvalidArgumentError("frames carry host tensors only");
     }
     v1::TensorMeta* meta = header.add_tensors();
-    meta->set_dtype(ToProto(t.dtype()));
+    meta->set_dtype(DTypeToProto(t.dtype()));
     for (int64_t d : t.shape()) meta->add_shape(d);
   }
   ASSIGN_OR_RETURN(Layout layout, LayoutOf(header));
@@ -300,7 +277,7 @@ absl::StatusOr<DecodedFrame> FrameAssembler::Add(
   message.value = h.value();
   for (int i = 0; i < h.tensors_size(); ++i) {
     const v1::TensorMeta& meta = h.tensors(i);
-    ASSIGN_OR_RETURN(DType dtype, FromProto(meta.dtype()));
+    ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(meta.dtype()));
     message.tensors.emplace_back(
         p.storage, Shape(meta.shape().begin(), meta.shape().end()), dtype,
         static_cast<size_t>(layout.offsets[i]));

@@ -19,19 +19,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/dtype.h"
+#include "common/shape.h"
 
 namespace pipetrain {
 
-enum class DType { kF32 = 0, kBF16 = 1, kF16 = 2 };
 enum class Device { kCpu = 0, kCuda = 1 };
 
-size_t DTypeSize(DType dtype);
-const char* DTypeName(DType dtype);
 const char* DeviceName(Device device);
-
-using Shape = std::vector<int64_t>;
-int64_t NumElements(const Shape& shape);
-std::string ShapeToString(const Shape& shape);
 
 // A block of memory on one device. Frees itself through `deleter`.
 class Storage {

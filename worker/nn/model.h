@@ -1,4 +1,5 @@
-// Model specs (validation, JSON I/O) and a built range of a model's layers.
+// A built range of a model's layers. Specs are validated by the shape
+// rules in spec/model_spec.h, which Build applies first.
 //
 // A stage of a pipeline holds layers [begin, end) of the spec; the whole
 // model is the range [0, layers_size). Initialization depends only on the
@@ -14,25 +15,11 @@
 #include "absl/status/statusor.h"
 #include "pipetrain/v1/job.pb.h"
 #include "pipetrain/v1/model.pb.h"
+#include "spec/model_spec.h"
 #include "worker/compute/backend.h"
 #include "worker/nn/layer.h"
 
 namespace pipetrain {
-
-// Checks a spec and returns the per-sample shape after every layer
-// (element 0 is the input shape, element i + 1 the output of layer i).
-// Errors are InvalidArgument naming the layer index and field, e.g.
-// "layers[2].linear.in_features: 512 does not match the input's last
-// dimension 256".
-absl::StatusOr<std::vector<Shape>> ValidateModelSpec(const v1::ModelSpec& spec);
-
-// Parses a message from protobuf JSON (InvalidArgument on malformed JSON or
-// unknown fields) and writes one as indented JSON.
-absl::Status ParseJson(const std::string& json, google::protobuf::Message* msg);
-std::string ToJson(const google::protobuf::Message& msg);
-// Reads a file and parses it (NotFound naming the file when it is missing).
-absl::Status ReadJsonFile(const std::string& path,
-                          google::protobuf::Message* msg);
 
 // Layers [begin, end) of a spec, built on one backend.
 // Not thread-safe: owned by one compute thread.

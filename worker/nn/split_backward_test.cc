@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/proto_json.h"
 #include "gtest/gtest.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/compute/elementwise_math.h"

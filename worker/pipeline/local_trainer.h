@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "pipetrain/v1/job.pb.h"
+#include "spec/training_spec.h"
 #include "worker/compute/backend.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/loss.h"
@@ -38,10 +39,6 @@ struct EvalReport {
   double accuracy = 0.0;
   int64_t samples = 0;
 };
-
-// Checks a training spec's own fields (batch size, micro-batches, steps or
-// epochs) and its model. InvalidArgument naming the field.
-absl::Status ValidateTrainingSpec(const v1::TrainingSpec& spec);
 
 // The dropout seed of one micro-batch of one step; every stage of a
 // pipeline uses the same so their masks match the reference.

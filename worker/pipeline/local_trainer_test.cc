@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/proto_json.h"
 #include "gtest/gtest.h"
 #include "worker/compute/cpu/cpu_backend.h"
 

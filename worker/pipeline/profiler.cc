@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "spec/model_spec.h"
 #include "worker/compute/elementwise_math.h"
 #include "worker/nn/model.h"
 

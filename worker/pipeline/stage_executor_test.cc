@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "common/proto_json.h"
 #include "gtest/gtest.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/pipeline/local_trainer.h"

@@ -17,7 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "pipetrain/v1/stage.pb.h"
-#include "worker/pipeline/schedule.h"
+#include "spec/schedule.h"
 
 namespace pipetrain {
 

@@ -1,0 +1,38 @@
+// ControlQueue: one thread that runs control-plane work (building models,
+// profiling, joining threads) so gRPC reactions never block on it.
+// Thread-safe. Tasks run in FIFO order; the destructor runs what is queued
+// and joins.
+#ifndef PIPETRAIN_SERVICES_RPC_CONTROL_QUEUE_H_
+#define PIPETRAIN_SERVICES_RPC_CONTROL_QUEUE_H_
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+
+namespace pipetrain {
+
+class ControlQueue {
+ public:
+  ControlQueue();
+  ~ControlQueue();
+  ControlQueue(const ControlQueue&) = delete;
+  ControlQueue& operator=(const ControlQueue&) = delete;
+
+  void Post(std::function<void()> task);
+
+ private:
+  void Loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_SERVICES_RPC_CONTROL_QUEUE_H_

@@ -1,0 +1,147 @@
+// pipetrain-scheduler: registers workers, plans and runs jobs, keeps the
+// version ledger, and serves the control API over gRPC (port --listen) and
+// REST JSON, /metrics, /healthz and /readyz over HTTP (--http_port).
+//
+//   pipetrain-scheduler --listen 0.0.0.0:7000 --http_port 8080
+//       --data_dir /var/lib/pipetrain
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "services/http/http_server.h"
+#include "services/rpc/grpc_server.h"
+#include "services/rpc/grpc_util.h"
+#include "services/rpc/process_util.h"
+#include "services/scheduler/grpc_stage_control.h"
+#include "services/scheduler/rest_gateway.h"
+#include "services/scheduler/scheduler_service.h"
+#include "services/scheduler/scheduler_support.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:7000", "gRPC address to serve on");
+ABSL_FLAG(std::string, http_host, "0.0.0.0", "Address of the HTTP endpoint");
+ABSL_FLAG(int, http_port, 8080,
+          "Port of REST, /metrics, /healthz and /readyz (0 picks one)");
+ABSL_FLAG(std::string, data_dir, "pipetrain-data",
+          "Directory of the scheduler's SQLite state");
+ABSL_FLAG(double, lease_seconds, 3.0,
+          "A worker missing heartbeats this long is LOST");
+ABSL_FLAG(double, heartbeat_seconds, 0.5, "Heartbeat interval for workers");
+ABSL_FLAG(double, stage_recv_timeout_seconds, 60.0,
+          "Seconds a stage waits for a neighbour before failing a step");
+ABSL_FLAG(std::string, zone_bandwidth, "",
+          "Link bandwidth between worker zones in bytes/s, e.g. "
+          "cloud-edge=1e8,cloud-mesh=1e9");
+ABSL_FLAG(double, intra_zone_bandwidth, 10e9, "Bandwidth within a zone");
+ABSL_FLAG(double, default_bandwidth, 1e9,
+          "Bandwidth between zones not in --zone_bandwidth");
+ABSL_FLAG(std::string, port_file, "",
+          "Write the bound ports here (grpc=N, http=N) once serving");
+
+namespace pipetrain {
+namespace {
+
+absl::StatusOr<Topology> ParseTopology() {
+  Topology t;
+  t.intra_zone_bandwidth = absl::GetFlag(FLAGS_intra_zone_bandwidth);
+  t.default_bandwidth = absl::GetFlag(FLAGS_default_bandwidth);
+  const std::string spec = absl::GetFlag(FLAGS_zone_bandwidth);
+  if (spec.empty()) return t;
+  for (absl::string_view item : absl::StrSplit(spec, ',')) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, '=');
+    std::pair<std::string, std::string> zones = absl::StrSplit(kv.first, '-');
+    double bw = 0;
+    if (zones.first.empty() || zones.second.empty() ||
+        !absl::SimpleAtod(kv.second, &bw) || bw <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--zone_bandwidth: '", item, "' is not zoneA-zoneB=bytes_per_s"));
+    }
+    t.bandwidth[{zones.first, zones.second}] = bw;
+  }
+  return t;
+}
+
+absl::Status Run() {
+  SchedulerOptions options;
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.registry.lease_seconds = absl::GetFlag(FLAGS_lease_seconds);
+  options.registry.heartbeat_interval_seconds =
+      absl::GetFlag(FLAGS_heartbeat_seconds);
+  options.stage_recv_timeout_seconds =
+      absl::GetFlag(FLAGS_stage_recv_timeout_seconds);
+  ASSIGN_OR_RETURN(options.topology, ParseTopology());
+
+  MetricsRegistry registry;
+  GrpcStageControl control;
+  SpecModelSupport model;
+  ASSIGN_OR_RETURN(std::unique_ptr<SchedulerCore> core,
+                   SchedulerCore::Create(options, &control, &model, &registry));
+  ControlCallMetrics call_metrics(&registry);
+
+  HttpServerOptions http_options;
+  http_options.host = absl::GetFlag(FLAGS_http_host);
+  http_options.port = absl::GetFlag(FLAGS_http_port);
+  http_options.threads = 8;
+  ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> http,
+                   HttpServer::Start(http_options));
+  ServeMetrics(http.get(), &registry);
+  http->Handle("GET", "/healthz", [](const HttpRequest&) {
+    HttpResponse r;
+    r.body = "{\"status\":\"ok\"}";
+    return r;
+  });
+  SchedulerCore* core_ptr = core.get();
+  http->Handle("GET", "/readyz", [core_ptr](const HttpRequest&) {
+    HttpResponse r;
+    r.status = core_ptr->ready() ? 200 : 503;
+    r.body = core_ptr->ready() ? "{\"status\":\"ready\"}"
+                               : "{\"status\":\"starting\"}";
+    return r;
+  });
+  InstallRestGateway(http.get(), core.get(), &call_metrics);
+
+  SchedulerServiceImpl service(core.get(), &call_metrics);
+  int grpc_port = 0;
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<grpc::Server> server,
+      StartGrpcServer(absl::GetFlag(FLAGS_listen), &service, &grpc_port));
+  RETURN_IF_ERROR(WritePortFile(absl::GetFlag(FLAGS_port_file),
+                                {{"grpc", grpc_port}, {"http", http->port()}}));
+  PT_LOG(INFO) << "pipetrain-scheduler serving gRPC on port " << grpc_port
+               << ", REST and /metrics on port " << http->port()
+               << ", state in " << options.data_dir;
+  const int signal = WaitForShutdownSignal();
+  PT_LOG(INFO) << "signal " << signal << ": shutting down";
+  server->Shutdown(DeadlineIn(5));
+  http->Stop();
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace pipetrain
+
+int main(int argc, char** argv) {
+  pipetrain::BlockShutdownSignals();
+  absl::SetProgramUsageMessage(
+      "The pipetrain scheduler.\n"
+      "  pipetrain-scheduler --listen 0.0.0.0:7000 --http_port 8080 "
+      "--data_dir DIR");
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status status = pipetrain::Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "pipetrain-scheduler: %s\n",
+                 status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,96 @@
+// The stage worker's gRPC service: control calls (Configure, Train, Stop,
+// GetStatus, GetWeights, Profile, GetTrace, Evaluate) and the Exchange
+// stream between neighbouring stages, on the callback API.
+//
+// The service is a thin adapter over a StageHost, which owns the backend and
+// the current stage: each call becomes one host call, its status converted
+// once (services/rpc/grpc_util.h). Exchange streams are created by the
+// ExchangeAcceptor the worker wires in (stage_streams.h), so this file and
+// the streams depend on the host, not on each other.
+//
+// Thread-safe. Calls that block (configuring, stopping, copying weights,
+// profiling) run on the service's control thread, evaluations on a thread of
+// their own so a long one never holds up Stop; none runs in a gRPC reaction.
+#ifndef PIPETRAIN_SERVICES_WORKER_STAGE_SERVICE_H_
+#define PIPETRAIN_SERVICES_WORKER_STAGE_SERVICE_H_
+
+#include <functional>
+
+#include "pipetrain/v1/stage.grpc.pb.h"
+#include "services/rpc/control_queue.h"
+#include "worker/pipeline/stage_host.h"
+
+namespace pipetrain {
+
+// Creates the reactor of one incoming Exchange stream (its upstream end);
+// gRPC owns it once returned. Never null.
+using ExchangeAcceptor = std::function<
+    grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*()>;
+
+// Every method on the callback API, Exchange as a raw (ByteBuffer) stream.
+using StageServiceBase = v1::StageService::WithCallbackMethod_Configure<
+    v1::StageService::WithCallbackMethod_Train<
+        v1::StageService::WithCallbackMethod_Stop<
+            v1::StageService::WithCallbackMethod_GetStatus<
+                v1::StageService::WithCallbackMethod_GetWeights<
+                    v1::StageService::WithCallbackMethod_Profile<
+                        v1::StageService::WithCallbackMethod_GetTrace<
+                            v1::StageService::WithCallbackMethod_Evaluate<
+                                v1::StageService::
+                                    WithRawCallbackMethod_Exchange<
+                                        v1::StageService::Service>>>>>>>>>;
+
+class StageServiceImpl final : public StageServiceBase {
+ public:
+  // `host` is borrowed and must outlive the service.
+  StageServiceImpl(StageHost* host, ExchangeAcceptor accept_exchange);
+
+  grpc::ServerUnaryReactor* Configure(grpc::CallbackServerContext* context,
+                                      const v1::ConfigureRequest* request,
+                                      v1::ConfigureResponse* response) override;
+  grpc::ServerUnaryReactor* Train(grpc::CallbackServerContext* context,
+                                  const v1::TrainRequest* request,
+                                  v1::TrainResponse* response) override;
+  grpc::ServerUnaryReactor* Stop(grpc::CallbackServerContext* context,
+                                 const v1::StopRequest* request,
+                                 v1::StopResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const v1::GetStatusRequest* request,
+                                      v1::GetStatusResponse* response) override;
+  grpc::ServerUnaryReactor* GetWeights(
+      grpc::CallbackServerContext* context,
+      const v1::GetWeightsRequest* request,
+      v1::GetWeightsResponse* response) override;
+  grpc::ServerUnaryReactor* Profile(grpc::CallbackServerContext* context,
+                                    const v1::ProfileRequest* request,
+                                    v1::ProfileResponse* response) override;
+  // The current stage's pipeline trace from request->since_step on;
+  // answered inline (a copy of a bounded window).
+  grpc::ServerUnaryReactor* GetTrace(grpc::CallbackServerContext* context,
+                                     const v1::GetTraceRequest* request,
+                                     v1::GetTraceResponse* response) override;
+  grpc::ServerUnaryReactor* Evaluate(
+      grpc::CallbackServerContext* context,
+      const v1::EvaluateStageRequest* request,
+      v1::EvaluateStageResponse* response) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Exchange(
+      grpc::CallbackServerContext* context) override;
+
+ private:
+  // Finishes `reactor` with `result`'s status, moving its value into
+  // `response` on success.
+  template <typename T>
+  static void Answer(grpc::ServerUnaryReactor* reactor,
+                     absl::StatusOr<T> result, T* response);
+
+  // Constant after construction.
+  StageHost* const host_;  // borrowed
+  const ExchangeAcceptor accept_exchange_;
+  // Run the blocking calls; they finish what is queued when destroyed.
+  ControlQueue control_;
+  ControlQueue evaluations_;
+};
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_SERVICES_WORKER_STAGE_SERVICE_H_

@@ -1,0 +1,318 @@
+#include "services/worker/stage_streams.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "services/rpc/grpc_util.h"
+
+namespace pipetrain {
+namespace {
+
+constexpr char kExchangeMethod[] = "/pipetrain.v1.StageService/Exchange";
+
+int64_t PayloadBytes(const StageMessage& m) {
+  int64_t n = 0;
+  for (const Tensor& t : m.tensors) n += t.bytes();
+  return n;
+}
+
+// Validates and delivers a decoded message to a stage.
+absl::Status DeliverTo(StageExecutor* executor, StageMetrics* metrics,
+                       StageMessage message) {
+  RETURN_IF_ERROR(executor->ValidateIncoming(message));
+  if (metrics != nullptr) {
+    metrics->CountMessage(StageMetrics::kReceived, message.kind,
+                          PayloadBytes(message));
+  }
+  return executor->mailbox()->Deliver(std::move(message));
+}
+
+}  // namespace
+
+bool WriteQueue::StartNext() {
+  if (writing || pending.empty()) return false;
+  current = std::move(pending.front());
+  pending.pop_front();
+  writing = true;
+  return true;
+}
+
+// ---- DownstreamStream ----
+
+DownstreamStream::DownstreamStream(const std::string& address,
+                                   std::shared_ptr<StageExecutor> executor,
+                                   StageMetrics* metrics, size_t chunk_bytes)
+    : address_(address),
+      executor_(std::move(executor)),
+      metrics_(metrics),
+      chunk_bytes_(chunk_bytes),
+      stub_(CreatePipetrainChannel(address)) {}
+
+std::shared_ptr<DownstreamStream> DownstreamStream::Open(
+    const std::string& address, std::shared_ptr<StageExecutor> executor,
+    StageMetrics* metrics, size_t chunk_bytes) {
+  std::shared_ptr<DownstreamStream> s(
+      new DownstreamStream(address, executor, metrics, chunk_bytes));
+  // The neighbour may still be starting: wait for it instead of failing.
+  s->context_.set_wait_for_ready(true);
+  s->stub_.PrepareBidiStreamingCall(&s->context_, kExchangeMethod,
+                                    grpc::StubOptions(), s.get());
+  std::vector<grpc::ByteBuffer> hello;
+  hello.push_back(
+      EncodeHello(executor->config().job_id(), executor->config().stage()));
+  s->Enqueue(std::move(hello));
+  s->StartRead(&s->in_);
+  s->StartCall();
+  return s;
+}
+
+DownstreamStream::~DownstreamStream() { Close(); }
+
+void DownstreamStream::Close() {
+  context_.TryCancel();
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock,
+                [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
+}
+
+void DownstreamStream::Enqueue(std::vector<grpc::ByteBuffer> frames) {
+  bool start = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (grpc::ByteBuffer& f : frames) writes_.pending.push_back(std::move(f));
+    start = writes_.StartNext();
+  }
+  // Only this thread may touch `current` until OnWriteDone.
+  if (start) StartWrite(&writes_.current);
+}
+
+absl::Status DownstreamStream::Send(StageMessage message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_ || done_) {
+      return absl::UnavailableError(absl::StrCat(
+          "the stream to the next stage (", address_, ") is closed"));
+    }
+  }
+  if (metrics_ != nullptr) {
+    metrics_->CountMessage(StageMetrics::kSent, message.kind,
+                           PayloadBytes(message));
+  }
+  ASSIGN_OR_RETURN(
+      std::vector<grpc::ByteBuffer> frames,
+      EncodeMessage(executor_->config().job_id(), message, chunk_bytes_));
+  Enqueue(std::move(frames));
+  return absl::OkStatus();
+}
+
+void DownstreamStream::OnWriteDone(bool ok) {
+  bool start = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writes_.writing = false;
+    if (!ok) {
+      broken_ = true;
+      writes_.pending.clear();
+      return;
+    }
+    start = writes_.StartNext();
+  }
+  if (start) StartWrite(&writes_.current);
+}
+
+void DownstreamStream::OnReadDone(bool ok) {
+  if (!ok) return;  // the stream is ending; OnDone says why
+  absl::StatusOr<DecodedFrame> decoded = assembler_.Add(in_);
+  absl::Status status = decoded.status();
+  if (status.ok() && decoded->message.has_value()) {
+    status = DeliverTo(executor_.get(), metrics_, std::move(*decoded->message));
+  }
+  if (!status.ok()) {
+    PT_LOG(WARNING) << "bad frame from " << address_ << ": " << status;
+    executor_->mailbox()->Fail(absl::AbortedError(
+        absl::StrCat("bad message from the next stage: ", status.message())));
+    context_.TryCancel();
+    return;
+  }
+  StartRead(&in_);
+}
+
+void DownstreamStream::OnDone(const grpc::Status& status) {
+  absl::Status why = FromGrpcStatus(status);
+  if (why.ok())
+    why = absl::UnavailableError("the next stage closed the stream");
+  if (absl::IsCancelled(why) || absl::IsDeadlineExceeded(why)) {
+    why = absl::UnavailableError(why.message());
+  }
+  executor_->mailbox()->Fail(absl::Status(
+      why.code(), absl::StrCat("stream to the next stage (", address_,
+                               ") ended: ", why.message())));
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ = true;
+  broken_ = true;
+  done_cv_.notify_all();
+}
+
+// ---- UpstreamStream ----
+
+// The StageLink the executor holds for sending gradients upstream; it
+// outlives the reactor and refuses messages once the reactor is gone.
+class UpstreamStream::Link final : public StageLink {
+ public:
+  explicit Link(UpstreamStream* stream) : stream_(stream) {}
+  absl::Status Send(StageMessage message) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stream_ == nullptr) {
+      return absl::UnavailableError("the previous stage's stream is closed");
+    }
+    return stream_->Send(std::move(message));
+  }
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stream_ = nullptr;
+  }
+
+ private:
+  std::mutex mu_;
+  UpstreamStream* stream_ ABSL_GUARDED_BY(mu_);
+};
+
+UpstreamStream::UpstreamStream(StageHost* host, size_t chunk_bytes)
+    : host_(host), chunk_bytes_(chunk_bytes) {
+  StartRead(&in_);
+}
+
+absl::Status UpstreamStream::Send(StageMessage message) {
+  if (host_->metrics() != nullptr) {
+    host_->metrics()->CountMessage(StageMetrics::kSent, message.kind,
+                                   PayloadBytes(message));
+  }
+  ASSIGN_OR_RETURN(std::vector<grpc::ByteBuffer> frames,
+                   EncodeMessage(job_id_, message, chunk_bytes_));
+  bool start = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finishing_) {
+      return absl::UnavailableError("the previous stage's stream is closed");
+    }
+    for (grpc::ByteBuffer& f : frames) writes_.pending.push_back(std::move(f));
+    start = writes_.StartNext();
+  }
+  if (start) StartWrite(&writes_.current);
+  return absl::OkStatus();
+}
+
+void UpstreamStream::FinishWith(const grpc::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finishing_) return;
+    finishing_ = true;
+    writes_.pending.clear();
+    if (writes_.writing) {  // OnWriteDone finishes
+      finish_status_ = status;
+      return;
+    }
+  }
+  Finish(status);
+}
+
+void UpstreamStream::OnWriteDone(bool ok) {
+  bool start = false;
+  std::optional<grpc::Status> finish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writes_.writing = false;
+    if (!ok && !finishing_) {
+      finishing_ = true;
+      writes_.pending.clear();
+      finish_status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                    "write to the previous stage failed");
+    }
+    if (finishing_) {
+      finish.swap(finish_status_);
+    } else {
+      start = writes_.StartNext();
+    }
+  }
+  if (finish.has_value()) Finish(*finish);
+  if (start) StartWrite(&writes_.current);
+}
+
+absl::Status UpstreamStream::HandleFrame() {
+  ASSIGN_OR_RETURN(DecodedFrame decoded, assembler_.Add(in_));
+  const v1::FrameHeader& h = decoded.header;
+  if (h.kind() == v1::FRAME_KIND_HELLO) {
+    if (executor_ != nullptr) {
+      return absl::InvalidArgumentError("a second HELLO on one stream");
+    }
+    ASSIGN_OR_RETURN(executor_, host_->Executor(h.job_id()));
+    const int stage = executor_->config().stage();
+    // Interleaved: worker 0's previous stage is the last worker (the
+    // wrap-around link from the last virtual stage of one chunk).
+    const int previous = executor_->num_chunks() > 1
+                             ? (stage + executor_->config().num_stages() - 1) %
+                                   executor_->config().num_stages()
+                             : stage - 1;
+    if (h.stage() != previous) {
+      executor_.reset();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage ", h.stage(), " is not the previous stage of stage ", stage));
+    }
+    job_id_ = h.job_id();
+    link_ = std::make_shared<Link>(this);
+    executor_->SetUpstream(link_);
+    return absl::OkStatus();
+  }
+  if (executor_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "a stream must start with a HELLO frame naming its job");
+  }
+  if (h.job_id() != job_id_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame for job '", h.job_id(), "' on a stream of job '", job_id_, "'"));
+  }
+  if (!decoded.message.has_value()) return absl::OkStatus();
+  return DeliverTo(executor_.get(), host_->metrics(),
+                   std::move(*decoded.message));
+}
+
+void UpstreamStream::OnReadDone(bool ok) {
+  if (!ok) {  // the previous stage closed its side
+    FinishWith(grpc::Status::OK);
+    return;
+  }
+  const absl::Status status = HandleFrame();
+  if (!status.ok()) {
+    PT_LOG(WARNING) << "rejected a frame from the previous stage: " << status;
+    FinishWith(ToGrpcStatus(status));
+    return;
+  }
+  StartRead(&in_);
+}
+
+void UpstreamStream::OnCancel() {
+  if (executor_ != nullptr) {
+    executor_->mailbox()->Fail(
+        absl::UnavailableError("the previous stage's stream was cancelled"));
+  }
+  FinishWith(grpc::Status::CANCELLED);
+}
+
+void UpstreamStream::OnDone() {
+  if (link_ != nullptr) {
+    link_->Detach();
+    executor_->ClearUpstream(link_.get());
+  }
+  delete this;
+}
+
+DownstreamOpener DownstreamStreamOpener(StageMetrics* metrics,
+                                        size_t chunk_bytes) {
+  return [metrics, chunk_bytes](const std::string& address,
+                                std::shared_ptr<StageExecutor> executor) {
+    return DownstreamStream::Open(address, std::move(executor), metrics,
+                                  chunk_bytes);
+  };
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,135 @@
+// The two ends of a stage-to-stage Exchange stream.
+//
+// DownstreamStream is the client end a stage opens to its next stage: it
+// sends activations (and norm totals) and receives gradients (and norm
+// partials). UpstreamStream is the server end: it receives activations and
+// sends gradients back. Both queue outgoing frames and keep exactly one
+// write and one read in flight; both decode and validate incoming frames
+// before delivering whole messages to the stage's mailbox. A stream that
+// breaks fails the mailbox, so a stage waiting on its neighbour fails the
+// step at once instead of hanging. Both reach the stage through the
+// StageHost only (the upstream end looks up its job's executor there; the
+// host opens the downstream end through DownstreamStreamOpener).
+#ifndef PIPETRAIN_SERVICES_WORKER_STAGE_STREAMS_H_
+#define PIPETRAIN_SERVICES_WORKER_STAGE_STREAMS_H_
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "services/wire/frame_codec.h"
+#include "worker/pipeline/stage_executor.h"
+#include "worker/pipeline/stage_host.h"
+#include "worker/pipeline/stage_metrics.h"
+
+namespace pipetrain {
+
+// Outgoing frames of one stream: at most one write in flight. Not
+// thread-safe on its own; guarded by its owner's mutex.
+struct WriteQueue {
+  std::deque<grpc::ByteBuffer> pending;
+  grpc::ByteBuffer current;
+  bool writing = false;
+  // Moves the next frame into `current` when no write is in flight; true
+  // when the caller must start writing `current`.
+  bool StartNext();
+};
+
+// Client end of an Exchange stream to the next stage. Thread-safe.
+class DownstreamStream final
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public DownstreamLink {
+ public:
+  // Opens the stream (waiting for the neighbour to come up) and sends
+  // HELLO. `executor` receives what comes back.
+  static std::shared_ptr<DownstreamStream> Open(
+      const std::string& address, std::shared_ptr<StageExecutor> executor,
+      StageMetrics* metrics, size_t chunk_bytes);
+  ~DownstreamStream() override;
+
+  absl::Status Send(StageMessage message) override;
+  // Cancels the stream and waits until gRPC is done with it.
+  void Close() override;
+
+  void OnWriteDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  DownstreamStream(const std::string& address,
+                   std::shared_ptr<StageExecutor> executor,
+                   StageMetrics* metrics, size_t chunk_bytes);
+  void Enqueue(std::vector<grpc::ByteBuffer> frames);
+
+  // Constant after construction.
+  const std::string address_;
+  const std::shared_ptr<StageExecutor> executor_;
+  StageMetrics* const metrics_;  // borrowed, may be null
+  const size_t chunk_bytes_;
+  grpc::GenericStub stub_;
+  grpc::ClientContext context_;
+
+  // Used only by read reactions (one read in flight).
+  grpc::ByteBuffer in_;
+  FrameAssembler assembler_;
+
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  WriteQueue writes_ ABSL_GUARDED_BY(mu_);
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Server end of an Exchange stream from the previous stage. Owned by gRPC:
+// deletes itself when done.
+class UpstreamStream final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  // `host` is borrowed and must outlive the stream; frames of at most
+  // `chunk_bytes` payload bytes go back up.
+  UpstreamStream(StageHost* host, size_t chunk_bytes);
+
+  // Queues a message to the upstream stage (called through its StageLink).
+  absl::Status Send(StageMessage message);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  class Link;
+  // Ends the stream with `status` once no write is in flight.
+  void FinishWith(const grpc::Status& status);
+  absl::Status HandleFrame();
+
+  StageHost* const host_;  // borrowed
+  const size_t chunk_bytes_;
+  // Used only by read reactions.
+  grpc::ByteBuffer in_;
+  FrameAssembler assembler_;
+  std::shared_ptr<StageExecutor> executor_;
+  std::shared_ptr<Link> link_;
+  std::string job_id_;
+
+  std::mutex mu_;
+  WriteQueue writes_ ABSL_GUARDED_BY(mu_);
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
+};
+
+// A StageHost's way to open DownstreamStreams: frames of at most
+// `chunk_bytes` payload bytes; `metrics` (borrowed, may be null) counts
+// what they send and receive.
+DownstreamOpener DownstreamStreamOpener(StageMetrics* metrics,
+                                        size_t chunk_bytes);
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_SERVICES_WORKER_STAGE_STREAMS_H_

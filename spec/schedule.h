@@ -1,0 +1,158 @@
+// Pipeline schedules as pure instruction streams.
+//
+// A schedule is a function (kind, K stages, stage s, M micro-batches) ->
+// the ordered instructions stage s runs for one training step (one
+// mini-batch). The stage executor runs them; the simulator checks a set of
+// streams for deadlock and computes their bubble and memory. Nothing here
+// knows about transport or tensors.
+//
+// Synchronous schedules drain the pipeline at the end of every step. The
+// cross-step schedules (1f1b-async, 2bw) do not: their 1F1B steady state
+// runs on across step boundaries, so a step's stream may hold backwards of
+// micro-batches of earlier steps (Instruction::step_offset < 0); warm-up
+// happens only in a run's first step and cool-down only in its last
+// (ScheduleParams::steps_before, last_step).
+#ifndef PIPETRAIN_SPEC_SCHEDULE_H_
+#define PIPETRAIN_SPEC_SCHEDULE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "spec/vocabulary.h"
+
+namespace pipetrain {
+
+enum class OpKind {
+  // Stage 0 only: take micro-batch m's inputs (and labels) from the data.
+  kLoadInput = 0,
+  // Wait for micro-batch m's activation from the previous stage (chunk c's
+  // input comes from the previous virtual stage).
+  kRecvActivation,
+  kForward,
+  // Hand micro-batch m's output to the next stage (asynchronous).
+  kSendActivation,
+  // Last stage only: loss of micro-batch m and the gradient of its logits.
+  kLoss,
+  kRecvGradient,
+  // Full backward (input and weight gradients).
+  kBackward,
+  // Zero-bubble halves of kBackward: the input gradient (B), which the
+  // previous stage waits for, and the weight gradient (W), which can wait.
+  kBackwardInput,
+  kBackwardWeight,
+  kSendGradient,
+  // Apply the accumulated gradients (ends a synchronous step's stream; in
+  // the cross-step schedules it follows the backward it completes).
+  kOptimizerStep,
+};
+
+struct Instruction {
+  OpKind op;
+  int micro_batch = 0;
+  // Virtual stage (model chunk) on this worker; 0 unless interleaved.
+  int chunk = 0;
+  // Which step the micro-batch belongs to, relative to the step whose
+  // stream holds the instruction: 0 = this step, -1 = the previous one.
+  // Only the cross-step schedules have negative offsets.
+  int step_offset = 0;
+
+  bool operator==(const Instruction& o) const {
+    return op == o.op && micro_batch == o.micro_batch && chunk == o.chunk &&
+           step_offset == o.step_offset;
+  }
+};
+
+const char* OpKindName(OpKind op);
+// The short name ToString uses: "F", "B", "BI", "W", "SendA", "Step", ...
+const char* OpKindShortName(OpKind op);
+std::string ToString(const Instruction& instruction);
+// True for the schedules whose pipeline runs on across step boundaries.
+bool IsCrossStep(ScheduleKind kind);
+
+struct ScheduleParams {
+  ScheduleKind kind = ScheduleKind::kGPipe;
+  int num_stages = 1;      // K (physical stages / workers)
+  int micro_batches = 1;   // M
+  int virtual_stages = 1;  // v, interleaved only (chunks per stage)
+  // Cross-step schedules only (the others need the defaults): how many
+  // steps of the same continuous run precede this one (0: the pipeline is
+  // empty and this step warms it up), and whether this step ends the run
+  // (drains the pipeline: cool-down). The defaults give one self-contained
+  // window. The stream with last_step = true is the one with
+  // last_step = false followed by the cool-down, so an executor may decide
+  // late whether to drain.
+  int64_t steps_before = 0;
+  bool last_step = true;
+};
+
+// The instructions stage `stage` runs for one step. InvalidArgument for
+// K < 1, M < 1, stage outside [0, K), or parameters the kind does not allow
+// (e.g. interleaved needs M divisible by K, 2bw M >= K - 1).
+absl::StatusOr<std::vector<Instruction>> BuildSchedule(
+    const ScheduleParams& params, int stage);
+
+// How many steps back a stage's stream can reach (the most negative
+// step_offset, negated): 0 for synchronous schedules.
+int StepLookback(const ScheduleParams& params, int stage);
+
+// Per-instruction durations for the simulator (seconds, any unit).
+struct SimCosts {
+  double forward = 1.0;
+  double backward = 2.0;  // full backward; B and W take half each
+  double send = 0.0;      // time from a send to the matching receive
+  double optimizer = 0.0;
+};
+
+struct SimResult {
+  bool deadlock = false;
+  std::string deadlock_detail;  // which stage waits for what
+  double makespan = 0.0;        // step time
+  // Per stage: busy time and idle fraction (1 - busy / makespan).
+  std::vector<double> busy;
+  std::vector<double> idle_fraction;
+  // Per stage: most micro-batches whose forward ran and whose backward has
+  // not finished (activations held). Interleaved: counted per (micro-batch,
+  // chunk), each unit holding 1/v of a stage's activations. Zero-bubble:
+  // counted until B (kBackwardInput) finishes, which frees all activations
+  // but the inputs W still needs; see peak_held_until_weight_grad.
+  std::vector<int> peak_in_flight;
+  // Mean idle fraction over the stages.
+  double bubble = 0.0;
+  // Per stage: as peak_in_flight, but counted until the last backward pass
+  // that reads the micro-batch (W for zero-bubble, else the full backward).
+  std::vector<int> peak_held_until_weight_grad;
+  // InvalidArgument when the parameters, streams or costs are malformed;
+  // the other fields are then left empty.
+  absl::Status status;
+};
+
+// Runs the K streams against each other with the given costs (uniform over
+// stages, or per stage when `per_stage` is not empty).
+SimResult Simulate(const ScheduleParams& params, const SimCosts& costs,
+                   const std::vector<SimCosts>& per_stage = {});
+
+// Simulates `num_steps` consecutive steps of a continuous run (step 0
+// warms up, step num_steps - 1 cools down): each stage runs its steps'
+// streams back to back, with micro-batch (t, m) numbered t * M + m.
+// Cross-step schedules overlap the steps; synchronous ones drain after
+// each. InvalidArgument when num_steps < 1.
+SimResult SimulateSteps(const ScheduleParams& params, int num_steps,
+                        const SimCosts& costs);
+
+// Runs hand-written streams against each other: streams[s] is stage s's
+// stream (K = streams.size()); an instruction of chunk c belongs to virtual
+// stage c * K + s. `per_stage` holds one SimCosts per stage. For checking
+// modified schedules and the simulator itself.
+SimResult SimulateStreams(const std::vector<std::vector<Instruction>>& streams,
+                          int virtual_stages,
+                          const std::vector<SimCosts>& per_stage);
+
+// The bubble fraction theory predicts for a kind with uniform costs, e.g.
+// GPipe: (K - 1) / (M + K - 1); for the cross-step kinds that of one
+// self-contained window (one warm-up and cool-down per M micro-batches).
+double TheoreticalBubble(const ScheduleParams& params, const SimCosts& costs);
+
+}  // namespace pipetrain
+
+#endif  // PIPETRAIN_SPEC_SCHEDULE_H_

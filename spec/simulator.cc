@@ -1,0 +1,349 @@
+// Discrete-event simulation of a set of instruction streams.
+//
+// Each stage runs its stream strictly in order on one clock. Sends are
+// asynchronous: they take no stage time and the message arrives
+// `send` later. A receive waits for its message. Because a stage's
+// instructions only depend on its own clock and on arrival times, the
+// stages can be advanced one at a time as far as their messages allow;
+// the result equals an event-ordered run. When no stage can advance and
+// some are unfinished, the streams deadlock.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "spec/schedule.h"
+
+namespace pipetrain {
+namespace {
+
+constexpr int64_t kMaxMailboxSlots = int64_t{1} << 22;
+constexpr double kNotSent = -1.0;
+
+// Per-stage progress; owned by PipelineSim.
+struct StageState {
+  size_t pc = 0;
+  double clock = 0.0;
+  double busy = 0.0;
+  int in_flight = 0;  // F ran, B (or full backward) not finished
+  int held = 0;       // F ran, W (or full backward) not finished
+  int peak_in_flight = 0;
+  int peak_held = 0;
+};
+
+bool IsSend(OpKind op) {
+  return op == OpKind::kSendActivation || op == OpKind::kSendGradient;
+}
+bool IsRecv(OpKind op) {
+  return op == OpKind::kRecvActivation || op == OpKind::kRecvGradient;
+}
+bool IsGradientMessage(OpKind op) {
+  return op == OpKind::kSendGradient || op == OpKind::kRecvGradient;
+}
+
+absl::Status ValidateCosts(const std::vector<SimCosts>& costs, size_t k) {
+  if (costs.size() != k) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "need one SimCosts per stage: ", k, " stages, ", costs.size()));
+  }
+  for (const SimCosts& c : costs) {
+    for (double x : {c.forward, c.backward, c.send, c.optimizer}) {
+      if (!(x >= 0.0) || !std::isfinite(x)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("costs must be finite and >= 0, got ", x));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Runs one set of streams. Not thread-safe; used within one call.
+class PipelineSim {
+ public:
+  PipelineSim(const std::vector<std::vector<Instruction>>& streams,
+              int virtual_stages, const std::vector<SimCosts>& costs)
+      : streams_(streams),
+        costs_(costs),
+        num_stages_(static_cast<int>(streams.size())),
+        chunks_(virtual_stages),
+        stages_(streams.size()) {}
+
+  absl::Status Validate();
+  absl::Status CheckSendsAreUnique();
+  SimResult Run();
+
+ private:
+  // The virtual stage a message from / to `in` on stage s goes to / comes
+  // from.
+  int VirtualStage(int stage, const Instruction& in) const {
+    return in.chunk * num_stages_ + stage;
+  }
+  int Peer(int stage, const Instruction& in) const;
+  double& Mailbox(bool gradient, int virtual_stage, int m) {
+    return (gradient ? gradients_ : activations_)[static_cast<size_t>(
+        virtual_stage * micro_batches_ + m)];
+  }
+  absl::Status ValidateInstruction(int stage, const Instruction& in);
+  double Duration(const Instruction& in, const SimCosts& c) const;
+  // Runs stage s's next instruction; false when it waits for a message.
+  bool TryStep(int s);
+  void Account(StageState& st, OpKind op);
+  std::string BlockedDetail() const;
+
+  // Constant after construction.
+  const std::vector<std::vector<Instruction>>& streams_;
+  const std::vector<SimCosts>& costs_;
+  const int num_stages_;
+  const int chunks_;
+  // Set by Validate.
+  int micro_batches_ = 0;
+  // Mutable run state: arrival time per (virtual stage, micro-batch).
+  std::vector<double> activations_;
+  std::vector<double> gradients_;
+  std::vector<StageState> stages_;
+};
+
+// Message peer: activations go to the next virtual stage and come from the
+// previous one; gradients the reverse. -1 or V when outside the pipeline.
+int PipelineSim::Peer(int stage, const Instruction& in) const {
+  const int j = VirtualStage(stage, in);
+  const bool toward_next =
+      in.op == OpKind::kSendActivation || in.op == OpKind::kRecvGradient;
+  return toward_next ? j + 1 : j - 1;
+}
+
+absl::Status PipelineSim::ValidateInstruction(int stage,
+                                              const Instruction& in) {
+  if (in.micro_batch < 0 || in.micro_batch >= kMaxMailboxSlots ||
+      in.chunk < 0 || in.chunk >= chunks_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage ", stage, ": bad micro-batch or chunk in ", ToString(in)));
+  }
+  const int peer = Peer(stage, in);
+  if ((IsSend(in.op) || IsRecv(in.op)) &&
+      (peer < 0 || peer >= num_stages_ * chunks_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage ", stage, ": ", ToString(in), " has no peer virtual stage"));
+  }
+  micro_batches_ = std::max(micro_batches_, in.micro_batch + 1);
+  return absl::OkStatus();
+}
+
+absl::Status PipelineSim::Validate() {
+  if (num_stages_ < 1 || chunks_ < 1 ||
+      int64_t{num_stages_} * chunks_ > kMaxMailboxSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("need 1 to ", kMaxMailboxSlots, " virtual stages, got ",
+                     num_stages_, " streams of ", chunks_, " chunks"));
+  }
+  RETURN_IF_ERROR(ValidateCosts(costs_, streams_.size()));
+  for (int s = 0; s < num_stages_; ++s) {
+    for (const Instruction& in : streams_[s]) {
+      RETURN_IF_ERROR(ValidateInstruction(s, in));
+    }
+  }
+  const int64_t slots =
+      int64_t{num_stages_} * chunks_ * int64_t{micro_batches_};
+  if (slots > kMaxMailboxSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("streams too large to simulate: ", slots, " slots"));
+  }
+  activations_.assign(static_cast<size_t>(slots), kNotSent);
+  gradients_.assign(static_cast<size_t>(slots), kNotSent);
+  return CheckSendsAreUnique();
+}
+
+// A message sent twice would make its receive ambiguous. Marks the
+// mailboxes while checking and clears them again.
+absl::Status PipelineSim::CheckSendsAreUnique() {
+  absl::Status status = absl::OkStatus();
+  for (int s = 0; s < num_stages_ && status.ok(); ++s) {
+    for (const Instruction& in : streams_[s]) {
+      if (!IsSend(in.op)) continue;
+      double& slot =
+          Mailbox(IsGradientMessage(in.op), Peer(s, in), in.micro_batch);
+      if (slot != kNotSent) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "stage ", s, " sends ", ToString(in), " more than once"));
+        break;
+      }
+      slot = 0.0;
+    }
+  }
+  std::fill(activations_.begin(), activations_.end(), kNotSent);
+  std::fill(gradients_.begin(), gradients_.end(), kNotSent);
+  return status;
+}
+
+// Compute costs; a chunk of an interleaved stage does 1/v of its work.
+// kLoss is folded into the forward and kLoadInput is free.
+double PipelineSim::Duration(const Instruction& in, const SimCosts& c) const {
+  switch (in.op) {
+    case OpKind::kForward:
+      return c.forward / chunks_;
+    case OpKind::kBackward:
+      return c.backward / chunks_;
+    case OpKind::kBackwardInput:
+    case OpKind::kBackwardWeight:
+      return c.backward / (2.0 * chunks_);
+    case OpKind::kOptimizerStep:
+      return c.optimizer;
+    default:
+      return 0.0;
+  }
+}
+
+void PipelineSim::Account(StageState& st, OpKind op) {
+  switch (op) {
+    case OpKind::kForward:
+      st.peak_in_flight = std::max(st.peak_in_flight, ++st.in_flight);
+      st.peak_held = std::max(st.peak_held, ++st.held);
+      break;
+    case OpKind::kBackward:
+      --st.in_flight;
+      --st.held;
+      break;
+    case OpKind::kBackwardInput:
+      --st.in_flight;
+      break;
+    case OpKind::kBackwardWeight:
+      --st.held;
+      break;
+    default:
+      break;
+  }
+}
+
+bool PipelineSim::TryStep(int s) {
+  StageState& st = stages_[s];
+  const Instruction& in = streams_[s][st.pc];
+  double start = st.clock;
+  if (IsRecv(in.op)) {
+    const double arrival =
+        Mailbox(IsGradientMessage(in.op), VirtualStage(s, in), in.micro_batch);
+    if (arrival == kNotSent) return false;
+    start = std::max(start, arrival);
+  }
+  const double duration = Duration(in, costs_[s]);
+  st.clock = start + duration;
+  st.busy += duration;
+  if (IsSend(in.op)) {
+    Mailbox(IsGradientMessage(in.op), Peer(s, in), in.micro_batch) =
+        st.clock + costs_[s].send;
+  }
+  Account(st, in.op);
+  ++st.pc;
+  return true;
+}
+
+std::string PipelineSim::BlockedDetail() const {
+  std::string detail;
+  for (int s = 0; s < num_stages_; ++s) {
+    const StageState& st = stages_[s];
+    if (st.pc >= streams_[s].size()) continue;
+    const Instruction& in = streams_[s][st.pc];
+    const int peer = Peer(s, in);
+    absl::StrAppend(&detail, detail.empty() ? "" : "; ", "stage ", s,
+                    " blocked at ", ToString(in), " (#", st.pc, ")",
+                    " waiting for stage ", peer % num_stages_, " chunk ",
+                    peer / num_stages_);
+  }
+  return detail;
+}
+
+SimResult PipelineSim::Run() {
+  SimResult result;
+  result.status = Validate();
+  if (!result.status.ok()) return result;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < num_stages_; ++s) {
+      while (stages_[s].pc < streams_[s].size() && TryStep(s)) {
+        progress = true;
+      }
+    }
+  }
+  result.deadlock_detail = BlockedDetail();
+  result.deadlock = !result.deadlock_detail.empty();
+  for (const StageState& st : stages_) {
+    result.makespan = std::max(result.makespan, st.clock);
+  }
+  for (const StageState& st : stages_) {
+    const double idle =
+        result.makespan > 0 ? 1.0 - st.busy / result.makespan : 0.0;
+    result.busy.push_back(st.busy);
+    result.idle_fraction.push_back(idle);
+    result.peak_in_flight.push_back(st.peak_in_flight);
+    result.peak_held_until_weight_grad.push_back(st.peak_held);
+    result.bubble += idle / num_stages_;
+  }
+  return result;
+}
+
+}  // namespace
+
+SimResult SimulateStreams(const std::vector<std::vector<Instruction>>& streams,
+                          int virtual_stages,
+                          const std::vector<SimCosts>& per_stage) {
+  PipelineSim sim(streams, virtual_stages, per_stage);
+  return sim.Run();
+}
+
+SimResult Simulate(const ScheduleParams& params, const SimCosts& costs,
+                   const std::vector<SimCosts>& per_stage) {
+  std::vector<std::vector<Instruction>> streams;
+  for (int s = 0; s < std::max(params.num_stages, 1); ++s) {
+    absl::StatusOr<std::vector<Instruction>> stream = BuildSchedule(params, s);
+    if (!stream.ok()) {
+      SimResult result;
+      result.status = stream.status();
+      return result;
+    }
+    streams.push_back(*std::move(stream));
+  }
+  const std::vector<SimCosts> uniform(streams.size(), costs);
+  return SimulateStreams(streams, params.virtual_stages,
+                         per_stage.empty() ? uniform : per_stage);
+}
+
+SimResult SimulateSteps(const ScheduleParams& params, int num_steps,
+                        const SimCosts& costs) {
+  SimResult result;
+  if (num_steps < 1) {
+    result.status = absl::InvalidArgumentError(
+        absl::StrCat("num_steps must be >= 1, got ", num_steps));
+    return result;
+  }
+  const bool cross = IsCrossStep(params.kind);
+  std::vector<std::vector<Instruction>> streams(
+      static_cast<size_t>(std::max(params.num_stages, 1)));
+  for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
+    for (int t = 0; t < num_steps; ++t) {
+      ScheduleParams step = params;
+      if (cross) {
+        step.steps_before = t;
+        step.last_step = t == num_steps - 1;
+      }
+      absl::StatusOr<std::vector<Instruction>> stream = BuildSchedule(step, s);
+      if (!stream.ok()) {
+        result.status = stream.status();
+        return result;
+      }
+      // One mailbox slot per micro-batch of the whole run.
+      for (Instruction in : *stream) {
+        in.micro_batch += (t + in.step_offset) * params.micro_batches;
+        in.step_offset = 0;
+        streams[s].push_back(in);
+      }
+    }
+  }
+  return SimulateStreams(streams, params.virtual_stages,
+                         std::vector<SimCosts>(streams.size(), costs));
+}
+
+}  // namespace pipetrain

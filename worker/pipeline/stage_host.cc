@@ -1,0 +1,171 @@
+#include "worker/pipeline/stage_host.h"
+
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "worker/pipeline/profiler.h"
+
+namespace pipetrain {
+
+StageHost::StageHost(std::unique_ptr<Backend> backend, StageMetrics* metrics,
+                     DownstreamOpener open_downstream)
+    : backend_(std::move(backend)),
+      metrics_(metrics),
+      open_downstream_(std::move(open_downstream)) {}
+
+StageHost::~StageHost() { Shutdown(); }
+
+void StageHost::Shutdown() { DropCurrent(); }
+
+void StageHost::DropCurrent() {
+  std::shared_ptr<StageExecutor> executor;
+  std::shared_ptr<DownstreamLink> downstream;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    executor = std::move(executor_);
+    downstream = std::move(downstream_);
+  }
+  // Outside mu_: stopping joins the training thread, closing waits for the
+  // transport, and neither may wait on a caller that holds mu_.
+  if (executor != nullptr) executor->Stop();
+  if (downstream != nullptr) downstream->Close();
+  if (metrics_ != nullptr) {
+    metrics_->stage_index()->Set(-1);
+    metrics_->theoretical_bubble()->Set(0);
+  }
+}
+
+absl::StatusOr<std::shared_ptr<StageExecutor>> StageHost::Executor(
+    const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (executor_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this worker has no stage configured (call Configure first)");
+  }
+  if (executor_->config().job_id() != job_id) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown job '", job_id, "' (this worker runs job '",
+                     executor_->config().job_id(), "')"));
+  }
+  return executor_;
+}
+
+absl::StatusOr<v1::ConfigureResponse> StageHost::Configure(
+    const v1::StageConfig& config) {
+  DropCurrent();
+  ASSIGN_OR_RETURN(std::unique_ptr<StageExecutor> created,
+                   StageExecutor::Create(config, backend_.get(), metrics_));
+  std::shared_ptr<StageExecutor> executor = std::move(created);
+  v1::ConfigureResponse response;
+  response.set_num_parameters(executor->num_parameters());
+  for (int64_t d : executor->input_shape()) response.add_input_shape(d);
+  for (int64_t d : executor->output_shape()) response.add_output_shape(d);
+  response.set_steps_per_epoch(executor->steps_per_epoch());
+  PT_LOG(INFO) << "configured stage " << config.stage() << "/"
+               << config.num_stages() << " of job " << config.job_id()
+               << ": layers [" << config.layer_begin() << ", "
+               << config.layer_end() << "), " << executor->num_parameters()
+               << " parameters on " << backend_->Describe();
+  std::lock_guard<std::mutex> lock(mu_);
+  executor_ = std::move(executor);
+  return response;
+}
+
+absl::Status StageHost::EnsureDownstream(
+    const std::shared_ptr<StageExecutor>& executor) {
+  // Interleaved: the last stage too (its wrap-around link to stage 0).
+  if (!executor->needs_downstream()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (executor_ != executor) {
+    return absl::AbortedError("the stage was replaced while starting");
+  }
+  if (downstream_ != nullptr) return absl::OkStatus();
+  if (open_downstream_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "stage needs a next stage but this worker cannot open links");
+  }
+  downstream_ = open_downstream_(executor->config().downstream(), executor);
+  executor->SetDownstream(downstream_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> StageHost::Train(const std::string& job_id,
+                                         int64_t until_step) {
+  ASSIGN_OR_RETURN(std::shared_ptr<StageExecutor> executor, Executor(job_id));
+  RETURN_IF_ERROR(EnsureDownstream(executor));
+  return executor->Train(until_step);
+}
+
+absl::Status StageHost::Stop(const std::string& job_id) {
+  RETURN_IF_ERROR(Executor(job_id).status());
+  DropCurrent();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::GetStatusResponse> StageHost::Status(
+    const std::string& job_id, int64_t results_since) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<StageExecutor> executor, Executor(job_id));
+  return executor->GetStatus(results_since);
+}
+
+std::optional<v1::StageReport> StageHost::Report(int64_t results_since) const {
+  std::shared_ptr<StageExecutor> executor;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    executor = executor_;
+  }
+  if (executor == nullptr) return std::nullopt;
+  v1::StageReport report;
+  report.set_job_id(executor->config().job_id());
+  report.set_stage(executor->config().stage());
+  *report.mutable_status() = executor->GetStatus(results_since);
+  return report;
+}
+
+absl::StatusOr<v1::GetWeightsResponse> StageHost::Weights(
+    const std::string& job_id) {
+  ASSIGN_OR_RETURN(std::shared_ptr<StageExecutor> executor, Executor(job_id));
+  return executor->Weights();
+}
+
+absl::StatusOr<v1::GetTraceResponse> StageHost::Trace(
+    const std::string& job_id, int64_t since_step) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<StageExecutor> executor, Executor(job_id));
+  return executor->Trace(since_step);
+}
+
+absl::StatusOr<v1::EvaluateStageResponse> StageHost::Evaluate(
+    const std::string& job_id, int64_t max_samples) {
+  if (max_samples < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_samples: ", max_samples,
+                     " must be >= 0 (0 = the whole held-out split)"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<StageExecutor> executor, Executor(job_id));
+  RETURN_IF_ERROR(EnsureDownstream(executor));
+  // MERGE: call StageExecutor::Evaluate(max_samples) here and wrap its
+  // result in the response (the result is set by the last stage only).
+  return absl::UnimplementedError(
+      "stage evaluation is not built into this worker yet");
+}
+
+absl::StatusOr<v1::ProfileResponse> StageHost::Profile(
+    const v1::ProfileRequest& request) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Only the state matters: ask for no step results.
+    if (executor_ != nullptr &&
+        executor_->GetStatus(std::numeric_limits<int64_t>::max()).state() ==
+            v1::STAGE_STATE_RUNNING) {
+      return absl::FailedPreconditionError(
+          "cannot profile while a stage is training");
+    }
+  }
+  return ProfileLayers(request.spec(), request.batch(), request.repetitions(),
+                       backend_.get());
+}
+
+}  // namespace pipetrain

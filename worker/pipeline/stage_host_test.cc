@@ -1,0 +1,278 @@
+// The stage host on the CPU backend, no transport: the calls a worker
+// answers need a stage of the right job, Configure replaces the stage, a
+// one-stage job trains to the reference trainer's weights, and a stage with
+// a next stage opens its link through the opener once and closes it when it
+// goes away.
+#include "worker/pipeline/stage_host.h"
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "common/proto_json.h"
+#include "gtest/gtest.h"
+#include "worker/compute/cpu/cpu_backend.h"
+#include "worker/pipeline/local_trainer.h"
+
+namespace pipetrain {
+namespace {
+
+v1::TrainingSpec Spec() {
+  v1::TrainingSpec spec;
+  const absl::Status status = ParseJson(R"({
+    "model": {
+      "inputKind": "INPUT_KIND_FLOAT", "inputShape": [6],
+      "loss": "LOSS_KIND_SOFTMAX_CROSS_ENTROPY",
+      "layers": [
+        {"linear": {"inFeatures": 6, "outFeatures": 8}},
+        {"relu": {}},
+        {"linear": {"inFeatures": 8, "outFeatures": 3}}
+      ]},
+    "data": {"synthetic": {"features": 6, "classes": 3,
+                           "trainSamples": 256, "evalSamples": 16}},
+    "optimizer": {"sgd": {"lr": 0.1, "momentum": 0.9}},
+    "batchSize": 16, "microBatches": 4, "steps": 3, "seed": 3})",
+                                        &spec);
+  EXPECT_TRUE(status.ok()) << status;
+  return spec;
+}
+
+// The whole model as one stage of job `job_id`.
+v1::StageConfig OneStage(const std::string& job_id) {
+  v1::StageConfig config;
+  config.set_job_id(job_id);
+  *config.mutable_spec() = Spec();
+  config.set_num_stages(1);
+  config.set_layer_end(3);
+  config.set_schedule(v1::SCHEDULE_GPIPE);
+  return config;
+}
+
+// Stage 0 of two: layers [0, 2), the next stage at `downstream`.
+v1::StageConfig FirstOfTwo(const std::string& downstream) {
+  v1::StageConfig config = OneStage("job");
+  config.set_num_stages(2);
+  config.set_layer_end(2);
+  config.set_downstream(downstream);
+  config.set_recv_timeout_s(30);
+  return config;
+}
+
+// Records what a stage sends downstream; nothing comes back.
+class RecordingLink : public DownstreamLink {
+ public:
+  absl::Status Send(StageMessage message) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return absl::UnavailableError("closed");
+    steps_.push_back(message.step);
+    return absl::OkStatus();
+  }
+  void Close() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  bool closed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_;
+  }
+  size_t sent() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return steps_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  bool closed_ = false;
+  std::vector<int64_t> steps_;
+};
+
+// A host whose opener hands out RecordingLinks and remembers the calls.
+struct LinkedHost {
+  LinkedHost() {
+    host = std::make_unique<StageHost>(
+        CreateCpuBackend(1), nullptr,
+        [this](const std::string& address, std::shared_ptr<StageExecutor>) {
+          addresses.push_back(address);
+          links.push_back(std::make_shared<RecordingLink>());
+          return links.back();
+        });
+  }
+  // Written by the opener, which the host calls from the test's thread.
+  std::vector<std::string> addresses;
+  std::vector<std::shared_ptr<RecordingLink>> links;
+  std::unique_ptr<StageHost> host;
+};
+
+// Polls the stage until `done` holds for its status (10 s at most).
+template <typename Done>
+v1::GetStatusResponse WaitFor(StageHost* host, const std::string& job_id,
+                              Done done) {
+  v1::GetStatusResponse status;
+  for (int i = 0; i < 1000; ++i) {
+    absl::StatusOr<v1::GetStatusResponse> s = host->Status(job_id, 0);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return status;
+    status = *s;
+    if (done(status)) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ADD_FAILURE() << "timed out; stage state "
+                << v1::StageState_Name(status.state()) << " " << status.error();
+  return status;
+}
+
+TEST(StageHostTest, CallsNeedAStageOfTheirJob) {
+  StageHost host(CreateCpuBackend(1), nullptr);
+  EXPECT_FALSE(host.Report(0).has_value());
+  EXPECT_EQ(host.Status("job", 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(host.Train("job", 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(host.Weights("job").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(host.Trace("job", 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(host.Evaluate("job", 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(host.Stop("job").code(), absl::StatusCode::kFailedPrecondition);
+
+  ASSERT_TRUE(host.Configure(OneStage("job")).ok());
+  EXPECT_EQ(host.Status("other", 0).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(host.Train("other", 1).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(host.Stop("other").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(host.Evaluate("job", -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A refused Stop keeps the stage.
+  EXPECT_TRUE(host.Report(0).has_value());
+}
+
+TEST(StageHostTest, ConfigureDescribesTheStageAndReplacesThePreviousOne) {
+  StageHost host(CreateCpuBackend(1), nullptr);
+  absl::StatusOr<v1::ConfigureResponse> configured =
+      host.Configure(OneStage("a"));
+  ASSERT_TRUE(configured.ok()) << configured.status();
+  // 6 * 8 + 8 + 8 * 3 + 3 parameters; 256 samples in batches of 16.
+  EXPECT_EQ(configured->num_parameters(), 83);
+  EXPECT_EQ(std::vector<int64_t>(configured->input_shape().begin(),
+                                 configured->input_shape().end()),
+            std::vector<int64_t>{6});
+  EXPECT_EQ(std::vector<int64_t>(configured->output_shape().begin(),
+                                 configured->output_shape().end()),
+            std::vector<int64_t>{3});
+  EXPECT_EQ(configured->steps_per_epoch(), 16);
+
+  ASSERT_TRUE(host.Configure(OneStage("b")).ok());
+  EXPECT_EQ(host.Status("a", 0).status().code(), absl::StatusCode::kNotFound);
+  std::optional<v1::StageReport> report = host.Report(0);
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ(report->job_id(), "b");
+  EXPECT_EQ(report->status().state(), v1::STAGE_STATE_CONFIGURED);
+
+  // A bad config leaves no stage behind.
+  v1::StageConfig bad = OneStage("c");
+  bad.set_layer_end(4);
+  EXPECT_EQ(host.Configure(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(host.Report(0).has_value());
+
+  ASSERT_TRUE(host.Configure(OneStage("d")).ok());
+  ASSERT_TRUE(host.Stop("d").ok());
+  EXPECT_FALSE(host.Report(0).has_value());
+}
+
+TEST(StageHostTest, OneStageTrainsToTheReferenceWeights) {
+  StageHost host(CreateCpuBackend(1), nullptr);
+  ASSERT_TRUE(host.Configure(OneStage("job")).ok());
+  absl::StatusOr<int64_t> until = host.Train("job", 3);
+  ASSERT_TRUE(until.ok()) << until.status();
+  EXPECT_EQ(*until, 3);
+  const v1::GetStatusResponse done =
+      WaitFor(&host, "job", [](const v1::GetStatusResponse& s) {
+        return s.state() == v1::STAGE_STATE_DONE ||
+               s.state() == v1::STAGE_STATE_FAILED;
+      });
+  ASSERT_EQ(done.state(), v1::STAGE_STATE_DONE) << done.error();
+  EXPECT_EQ(done.results_size(), 3);
+  std::optional<v1::StageReport> report = host.Report(2);
+  ASSERT_TRUE(report.has_value());
+  ASSERT_EQ(report->status().results_size(), 1);
+  EXPECT_EQ(report->status().results(0).step(), 2);
+  absl::StatusOr<v1::GetTraceResponse> trace = host.Trace("job", 2);
+  ASSERT_TRUE(trace.ok());
+  EXPECT_GT(trace->events_size(), 0);
+
+  absl::StatusOr<v1::GetWeightsResponse> weights = host.Weights("job");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_EQ(weights->weight_version(), 3);
+
+  auto backend = CreateCpuBackend(1);
+  auto reference = LocalTrainer::Create(Spec(), backend.get());
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  for (int s = 0; s < 3; ++s) ASSERT_TRUE((*reference)->Step().ok());
+  auto expected = (*reference)->model()->ParamsToHost();
+  ASSERT_TRUE(expected.ok());
+  ASSERT_EQ(weights->weights_size(), static_cast<int>(expected->size()));
+  for (int i = 0; i < weights->weights_size(); ++i) {
+    const v1::TensorProto& got = weights->weights(i);
+    const Tensor& want = (*expected)[i];
+    ASSERT_EQ(got.data().size(), want.bytes()) << got.name();
+    const float* g = reinterpret_cast<const float*>(got.data().data());
+    for (int64_t j = 0; j < want.numel(); ++j) {
+      EXPECT_NEAR(g[j], want.f32()[j], 1e-5) << got.name() << "[" << j << "]";
+    }
+  }
+}
+
+TEST(StageHostTest, OpensTheDownstreamLinkOnceAndClosesItWithTheStage) {
+  LinkedHost linked;
+  StageHost* host = linked.host.get();
+  ASSERT_TRUE(host->Configure(FirstOfTwo("next:7100")).ok());
+  ASSERT_TRUE(host->Train("job", 1).ok());
+  // Stage 0 sends its micro-batches' activations, then waits for gradients.
+  WaitFor(host, "job", [&](const v1::GetStatusResponse&) {
+    return linked.links.size() == 1 && linked.links[0]->sent() == 4;
+  });
+  // Moving the target reuses the link; so does an evaluation.
+  ASSERT_TRUE(host->Train("job", 2).ok());
+  (void)host->Evaluate("job", 0);
+  ASSERT_EQ(linked.addresses, std::vector<std::string>{"next:7100"});
+
+  // Profiling would time layers while the stage computes.
+  v1::ProfileRequest profile;
+  *profile.mutable_spec() = Spec();
+  EXPECT_EQ(host->Profile(profile).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // A new stage gets a new link; the old one is closed.
+  ASSERT_TRUE(host->Configure(FirstOfTwo("next:7200")).ok());
+  EXPECT_TRUE(linked.links[0]->closed());
+  ASSERT_TRUE(host->Train("job", 1).ok());
+  ASSERT_EQ(linked.addresses.size(), 2u);
+  EXPECT_EQ(linked.addresses[1], "next:7200");
+  host->Shutdown();
+  EXPECT_TRUE(linked.links[1]->closed());
+  EXPECT_FALSE(host->Report(0).has_value());
+}
+
+TEST(StageHostTest, StageWithANextStageNeedsAnOpener) {
+  StageHost host(CreateCpuBackend(1), nullptr);
+  ASSERT_TRUE(host.Configure(FirstOfTwo("next:7100")).ok());
+  EXPECT_EQ(host.Train("job", 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(StageHostTest, ProfilesEveryLayerWhenIdle) {
+  StageHost host(CreateCpuBackend(1), nullptr);
+  v1::ProfileRequest request;
+  *request.mutable_spec() = Spec();
+  request.set_repetitions(1);
+  absl::StatusOr<v1::ProfileResponse> profile = host.Profile(request);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_EQ(profile->layers_size(), 3);
+}
+
+}  // namespace
+}  // namespace pipetrain
