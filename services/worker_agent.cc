@@ -55,7 +55,7 @@ absl::Status WorkerAgent::Beat() {
   }
   int64_t next_since = reported_since_;
   if (report.has_value()) {
-    for (const auto& r : report->results()) {
+    for (const auto& r : report->status().results()) {
       next_since = std::max(next_since, r.step() + 1);
     }
     *request.mutable_report() = *report;
@@ -68,7 +68,7 @@ absl::Status WorkerAgent::Beat() {
     if (report->job_id() != reported_job_) {
       reported_job_ = report->job_id();
       next_since = 0;
-      for (const auto& r : report->results()) {
+      for (const auto& r : report->status().results()) {
         next_since = std::max(next_since, r.step() + 1);
       }
     }
