@@ -6,6 +6,7 @@
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/pipeline/local_trainer.h"
 #include "worker/pipeline/schedule.h"
+#include "worker/pipeline/training_spec.h"
 
 namespace pipetrain {
 namespace {

@@ -14,6 +14,8 @@ const char* MessageKindName(MessageKind kind) {
       return "norm-partial";
     case MessageKind::kNormTotal:
       return "norm-total";
+    case MessageKind::kEvalActivation:
+      return "evaluation activation";
   }
   return "?";
 }

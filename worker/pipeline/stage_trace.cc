@@ -44,6 +44,7 @@ v1::GetTraceResponse StageTrace::Since(int64_t since_step) const {
     e->set_micro_batch(r.instruction.micro_batch);
     e->set_chunk(r.instruction.chunk);
     e->set_weight_version(r.weight_version);
+    e->set_weight_checksum(r.weight_checksum);
     e->set_start_unix_us(r.start_unix_us);
     e->set_end_unix_us(r.end_unix_us);
   }
