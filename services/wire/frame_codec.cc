@@ -247,6 +247,59 @@ class SliceReader {
   int64_t remaining_ = 0;
 };
 
+// The header of `message`'s frames (offset and total still to set): its
+// float32 payload tensor travels as `wire`, the others as they are.
+absl::StatusOr<v1::FrameHeader> MessageHeader(const std::string& job_id,
+                                              const StageMessage& message,
+                                              DType wire) {
+  v1::FrameHeader header;
+  header.set_kind(KindToProto(message.kind));
+  header.set_job_id(job_id);
+  header.set_step(message.step);
+  header.set_micro_batch(message.micro_batch);
+  header.set_chunk(message.chunk);
+  header.set_weight_version(message.weight_version);
+  header.set_value(message.value);
+  for (size_t i = 0; i < message.tensors.size(); ++i) {
+    const Tensor& t = message.tensors[i];
+    if (t.empty() || t.device() != Device::kCpu) {
+      return absl::InvalidArgumentError("frames carry host tensors only");
+    }
+    const bool narrow =
+        IsPayloadTensor(message.kind, i) && t.dtype() == DType::kF32;
+    v1::TensorMeta* meta = header.add_tensors();
+    meta->set_dtype(ToProto(narrow ? wire : t.dtype()));
+    for (int64_t d : t.shape()) meta->add_shape(d);
+  }
+  return header;
+}
+
+// Appends the slices of payload bytes [offset, end): the tensors (narrowed
+// where the layout says so) and the alignment gaps between them.
+void AppendPayload(const StageMessage& message, const Layout& layout,
+                   int64_t offset, int64_t end,
+                   std::vector<grpc::Slice>* slices) {
+  int64_t pos = offset;
+  for (size_t i = 0; i < message.tensors.size() && pos < end; ++i) {
+    const int64_t t_begin = layout.offsets[i];
+    const int64_t t_end = t_begin + layout.sizes[i];
+    if (pos < t_begin) {  // alignment gap before tensor i
+      const int64_t gap = std::min(end, t_begin) - pos;
+      slices->emplace_back(kZeros, gap, grpc::Slice::STATIC_SLICE);
+      pos += gap;
+    }
+    if (pos >= t_begin && pos < t_end && pos < end) {
+      const Tensor& t = message.tensors[i];
+      const int64_t len = std::min(end, t_end) - pos;
+      slices->push_back(
+          layout.dtypes[i] == t.dtype()
+              ? PayloadSlice(t, pos - t_begin, len)
+              : NarrowedSlice(t, layout.dtypes[i], pos - t_begin, len));
+      pos += len;
+    }
+  }
+}
+
 // A message's layout on the wire and widened to float32 (as assembled).
 struct FrameLayouts {
   Layout wire;
@@ -371,25 +424,8 @@ absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeMessage(
     const std::string& job_id, const StageMessage& message,
     v1::DType wire_dtype, size_t chunk_bytes) {
   ASSIGN_OR_RETURN(const DType wire, FromProto(wire_dtype));
-  v1::FrameHeader header;
-  header.set_kind(KindToProto(message.kind));
-  header.set_job_id(job_id);
-  header.set_step(message.step);
-  header.set_micro_batch(message.micro_batch);
-  header.set_chunk(message.chunk);
-  header.set_weight_version(message.weight_version);
-  header.set_value(message.value);
-  for (size_t i = 0; i < message.tensors.size(); ++i) {
-    const Tensor& t = message.tensors[i];
-    if (t.empty() || t.device() != Device::kCpu) {
-      return absl::InvalidArgumentError("frames carry host tensors only");
-    }
-    const bool narrow =
-        IsPayloadTensor(message.kind, i) && t.dtype() == DType::kF32;
-    v1::TensorMeta* meta = header.add_tensors();
-    meta->set_dtype(ToProto(narrow ? wire : t.dtype()));
-    for (int64_t d : t.shape()) meta->add_shape(d);
-  }
+  ASSIGN_OR_RETURN(v1::FrameHeader header,
+                   MessageHeader(job_id, message, wire));
   ASSIGN_OR_RETURN(Layout layout, LayoutOf(header));
   header.set_total_bytes(layout.total);
   const int64_t chunk = AlignUp(std::max<int64_t>(kAlign, chunk_bytes));
@@ -399,26 +435,7 @@ absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeMessage(
     const int64_t end = std::min(layout.total, offset + chunk);
     header.set_offset(offset);
     std::vector<grpc::Slice> slices = {HeaderSlice(header)};
-    // The tensors and alignment gaps that overlap [offset, end).
-    int64_t pos = offset;
-    for (size_t i = 0; i < message.tensors.size() && pos < end; ++i) {
-      const int64_t t_begin = layout.offsets[i];
-      const int64_t t_end = t_begin + layout.sizes[i];
-      if (pos < t_begin) {  // alignment gap before tensor i
-        const int64_t gap = std::min(end, t_begin) - pos;
-        slices.emplace_back(kZeros, gap, grpc::Slice::STATIC_SLICE);
-        pos += gap;
-      }
-      if (pos >= t_begin && pos < t_end && pos < end) {
-        const Tensor& t = message.tensors[i];
-        const int64_t len = std::min(end, t_end) - pos;
-        slices.push_back(
-            layout.dtypes[i] == t.dtype()
-                ? PayloadSlice(t, pos - t_begin, len)
-                : NarrowedSlice(t, layout.dtypes[i], pos - t_begin, len));
-        pos += len;
-      }
-    }
+    AppendPayload(message, layout, offset, end, &slices);
     frames.emplace_back(slices.data(), slices.size());
     offset = end;
   } while (offset < layout.total);
