@@ -240,10 +240,9 @@ absl::Status StageExecutor::RunCrossStep(StepState* current) {
   ScheduleParams params = setup.params;
   params.steps_before = steps_in_run_;
   params.last_step = false;
-  // Stage 0 decides before its first forward how the step ends; the others
-  // follow the decision its activations carry, known once their last
-  // forward of the step has run.
-  if (is_first()) current->end = CommitStep(current->step);
+  // Stage 0 decided before its first forward how the step ends (RunStep);
+  // the others follow the decision its activations carry, known once their
+  // last forward of the step has run.
   if (setup.two_bw) {
     // 2BW: a run segment's first two steps use its initial version; after
     // that each step uses the version its predecessor's predecessor
@@ -292,6 +291,11 @@ absl::Status StageExecutor::RunStep(int64_t step) {
   state.micro.resize(static_cast<size_t>(m) * num_chunks());
   state.pending = m * num_chunks();
   state.read_ahead = step + 1 < until_step_.load();
+  // Stage 0 commits, before the step's first forward, to run the next step
+  // unless this one ends the run: a later stage may finish this step and
+  // wait for the next one's activations before stage 0 finishes it, so a
+  // pause must not land below that.
+  if (is_first()) state.end = CommitStep(step);
   RETURN_IF_ERROR(setup.cross_step
                       ? RunCrossStep(&state)
                       : RunInstructions(setup.schedule, 0, &state));

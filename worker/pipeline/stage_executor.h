@@ -107,12 +107,14 @@ class StageExecutor {
   // Trains steps next_step() .. until_step - 1 on the training thread and
   // returns at once with the target in force. While a run is in progress it
   // moves the target (never below the step in progress + 1). Fails with
-  // FailedPrecondition after a failure. Cross-step schedules: stage 0 leads.
-  // It decides when a step starts whether the step ends the run (cool-down)
-  // and never lowers the target below a step it committed to continue into;
-  // the later stages follow the decision, which travels with the step's
-  // activations, whatever target they were given. So lowering stage 0's
-  // target pauses the whole pipeline at the step it reports.
+  // FailedPrecondition after a failure. Stage 0 leads: it decides when a
+  // step starts whether the step ends the run and otherwise commits to the
+  // next one, and never lowers the target below a step it committed to (a
+  // later stage may already wait for that step's activations). Under the
+  // cross-step schedules the later stages also follow the decision, which
+  // travels with the step's activations (cool-down), whatever target they
+  // were given. So lowering stage 0's target first and giving the others
+  // the target it reports pauses the whole pipeline at one step.
   absl::StatusOr<int64_t> Train(int64_t until_step);
   // Stops training (the step in progress fails with Cancelled) and waits.
   void Stop();
@@ -164,8 +166,8 @@ class StageExecutor {
   // Cross-step schedules: the steady part of `current`'s stream, then the
   // cool-down when the step turns out to end a run segment.
   absl::Status RunCrossStep(StepState* current);
-  // Stage 0: decides (under mu_) how `step` ends; a step that does not end
-  // the run commits the target to at least step + 2.
+  // Stage 0, every schedule: decides (under mu_) how `step` ends; a step
+  // that does not end the run commits the target to at least step + 2.
   StepEnd CommitStep(int64_t step);
   // Later stages: adopt stage 0's decision for `step` as the target.
   void FollowUpstream(int64_t step, StepEnd end);
@@ -204,7 +206,7 @@ class StageExecutor {
 
   mutable std::mutex mu_;
   v1::StageState state_ ABSL_GUARDED_BY(mu_) = v1::STAGE_STATE_CONFIGURED;
-  // Cross-step: the lowest target the run can still honour.
+  // Stage 0: the lowest target the run can still honour.
   int64_t committed_until_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
