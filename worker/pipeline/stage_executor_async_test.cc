@@ -154,7 +154,14 @@ TEST(StageExecutor, AsyncTargetsMoveWhileTrainingToPauseAndResume) {
     spec.set_steps(100000);
     Pipeline p = BuildPipeline(spec, {2, 5}, schedule);
     for (auto& stage : p.stages) ASSERT_TRUE(stage->Train(spec.steps()).ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Pause mid-run: once the last stage finished a step (a fixed sleep
+    // was too short on a loaded machine, before stage 0 had begun).
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (p.stages.back()->next_step() < 1 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     auto target = p.stages[0]->Train(0);
     ASSERT_TRUE(target.ok());
     EXPECT_GT(*target, 1);
