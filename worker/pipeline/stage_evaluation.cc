@@ -16,6 +16,8 @@ struct EvalPiece {
   bool last = false;  // the pass's last micro-batch
 };
 
+// One stage's part of one pass. Not thread-safe: lives on the stack of the
+// thread holding the executor's compute lock.
 class EvaluationPass {
  public:
   EvaluationPass(StageCompute* compute, int64_t pass)
