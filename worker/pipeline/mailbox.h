@@ -5,16 +5,15 @@
 #define PIPETRAIN_WORKER_PIPELINE_MAILBOX_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/compute/tensor.h"
 
 namespace pipetrain {
@@ -87,8 +86,8 @@ class Mailbox {
 
  private:
   using Key = std::tuple<int, int64_t, int32_t, int32_t>;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
   std::map<Key, StageMessage> messages_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
 };

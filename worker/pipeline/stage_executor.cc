@@ -77,7 +77,7 @@ absl::Status StageExecutor::ValidateIncoming(const StageMessage& msg) const {
 }
 
 absl::StatusOr<int64_t> StageExecutor::Train(int64_t until_step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (state_ == v1::STAGE_STATE_FAILED) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the stage failed: ", error_.ToString(), "; configure it again"));
@@ -111,7 +111,7 @@ void StageExecutor::Stop() {
   port_.mailbox()->Fail(absl::CancelledError("the stage was stopped"));
   std::thread t;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     t = std::move(thread_);
   }
   if (t.joinable()) t.join();
@@ -120,16 +120,16 @@ void StageExecutor::Stop() {
 absl::Status StageExecutor::Wait() {
   std::thread t;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     t = std::move(thread_);
   }
   if (t.joinable()) t.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return error_;
 }
 
 void StageExecutor::StartRun() {
-  std::lock_guard<std::mutex> compute(compute_mu_);
+  absl::MutexLock compute(&compute_mu_);
   in_flight_.clear();
   steps_in_run_ = 0;
   compute_->EndRun();
@@ -142,7 +142,7 @@ void StageExecutor::Loop() {
     {
       // Deciding to end and publishing the end under one lock: a Train that
       // sees RUNNING has moved a target this loop will still read.
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (!status.ok() || next_step_.load() >= until_step_.load()) {
         state_ = status.ok() ? v1::STAGE_STATE_DONE : v1::STAGE_STATE_FAILED;
         error_ = status;
@@ -158,7 +158,7 @@ void StageExecutor::Loop() {
     if (status.ok()) {
       ++next_step_;
       if (EvaluatesAfter(step)) {
-        std::lock_guard<std::mutex> compute(compute_mu_);
+        absl::MutexLock compute(&compute_mu_);
         status = RunEvaluation(/*max_samples=*/0).status();
       }
     }
@@ -176,7 +176,7 @@ bool StageExecutor::EvaluatesAfter(int64_t step) const {
 }
 
 StepEnd StageExecutor::CommitStep(int64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (step + 1 >= until_step_.load()) return StepEnd::kEndRun;
   committed_until_ = std::max(committed_until_, step + 2);
   return EvaluatesAfter(step) ? StepEnd::kDrainForEvaluation
@@ -184,7 +184,7 @@ StepEnd StageExecutor::CommitStep(int64_t step) {
 }
 
 void StageExecutor::FollowUpstream(int64_t step, StepEnd end) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (end == StepEnd::kEndRun) {
     until_step_ = step + 1;
   } else {
@@ -274,7 +274,7 @@ absl::Status StageExecutor::RunCrossStep(StepState* current) {
 }
 
 absl::Status StageExecutor::RunStep(int64_t step) {
-  std::lock_guard<std::mutex> compute(compute_mu_);
+  absl::MutexLock compute(&compute_mu_);
   const auto start = Clock::now();
   const StageSetup& setup = compute_->setup();
   const int m = setup.params.micro_batches;
@@ -333,7 +333,7 @@ void StageExecutor::FinishStep(const StepState& state, double seconds) {
     if (is_last()) metrics_->loss()->Set(state.loss.mean_loss());
   }
   const int m = compute_->setup().params.micro_batches;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   results_.push_back(result);
   if (results_.size() > kMaxResults) results_.pop_front();
   timings_.forward_seconds = counters.forward_seconds / m;
@@ -349,9 +349,9 @@ absl::StatusOr<v1::EvalResult> StageExecutor::Evaluate(int64_t max_samples) {
   if (max_samples < 0) {
     return absl::InvalidArgumentError("max_samples: must be >= 0");
   }
-  std::lock_guard<std::mutex> compute(compute_mu_);
+  absl::MutexLock compute(&compute_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (state_ == v1::STAGE_STATE_RUNNING) {
       return absl::FailedPreconditionError(
           "the stage is training: evaluate after the run ends (pause first)");
@@ -375,7 +375,7 @@ absl::StatusOr<v1::EvalResult> StageExecutor::RunEvaluation(
   result.set_loss(stats.loss.mean_loss());
   result.set_accuracy(stats.loss.accuracy());
   result.set_samples(stats.samples);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   evaluations_.push_back(result);
   if (evaluations_.size() > kMaxResults) evaluations_.pop_front();
   return result;
@@ -383,7 +383,7 @@ absl::StatusOr<v1::EvalResult> StageExecutor::RunEvaluation(
 
 v1::GetStatusResponse StageExecutor::GetStatus(int64_t results_since) const {
   v1::GetStatusResponse out;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   out.set_state(state_);
   out.set_next_step(next_step_.load());
   out.set_weight_version(compute_->weight_version());
@@ -410,12 +410,12 @@ v1::GetStatusResponse StageExecutor::GetStatus(int64_t results_since) const {
 }
 
 StageTimings StageExecutor::timings() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return timings_;
 }
 
 absl::StatusOr<v1::GetWeightsResponse> StageExecutor::Weights() {
-  std::lock_guard<std::mutex> compute(compute_mu_);
+  absl::MutexLock compute(&compute_mu_);
   v1::GetWeightsResponse out;
   out.set_weight_version(compute_->weight_version());
   for (const std::unique_ptr<Model>& model : compute_->models()) {

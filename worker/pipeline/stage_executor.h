@@ -39,12 +39,12 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "pipetrain/v1/stage.pb.h"
 #include "worker/compute/backend.h"
 #include "worker/pipeline/incoming_check.h"
@@ -156,30 +156,35 @@ class StageExecutor {
 
  private:
   StageExecutor(const v1::StageConfig& config, StageMetrics* metrics);
-  void Loop();
+  void Loop() ABSL_LOCKS_EXCLUDED(compute_mu_, mu_);
   // Starts a run: nothing is in flight (the last run drained or failed).
-  void StartRun();
-  absl::Status RunStep(int64_t step);
+  void StartRun() ABSL_LOCKS_EXCLUDED(compute_mu_, mu_);
+  absl::Status RunStep(int64_t step) ABSL_LOCKS_EXCLUDED(compute_mu_, mu_);
   // Runs stream[begin..] of the step `current`.
   absl::Status RunInstructions(const std::vector<Instruction>& stream,
-                               size_t begin, StepState* current);
+                               size_t begin, StepState* current)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
   // Cross-step schedules: the steady part of `current`'s stream, then the
   // cool-down when the step turns out to end a run segment.
-  absl::Status RunCrossStep(StepState* current);
+  absl::Status RunCrossStep(StepState* current)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
   // Stage 0, every schedule: decides (under mu_) how `step` ends; a step
   // that does not end the run commits the target to at least step + 2.
-  StepEnd CommitStep(int64_t step);
+  StepEnd CommitStep(int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
   // Later stages: adopt stage 0's decision for `step` as the target.
-  void FollowUpstream(int64_t step, StepEnd end);
+  void FollowUpstream(int64_t step, StepEnd end) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether an evaluation pass follows step `step` (TrainingSpec.eval_every).
   bool EvaluatesAfter(int64_t step) const;
   // The step state an instruction's micro-batch belongs to.
   absl::StatusOr<StepState*> Owner(const Instruction& instruction,
-                                   StepState* current);
+                                   StepState* current)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
   // Publishes a finished step's result, timings and metrics.
-  void FinishStep(const StepState& state, double seconds);
+  void FinishStep(const StepState& state, double seconds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
   // Runs one evaluation pass (compute_mu_ held) and records its result.
-  absl::StatusOr<v1::EvalResult> RunEvaluation(int64_t max_samples);
+  absl::StatusOr<v1::EvalResult> RunEvaluation(int64_t max_samples)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
 
   // Constant after construction.
   StageMetrics* const metrics_;  // borrowed, may be null
@@ -190,12 +195,15 @@ class StageExecutor {
 
   // Owned by the thread holding compute_mu_ (the training thread while a
   // run lasts): compute_ and the following.
-  std::mutex compute_mu_;
+  absl::Mutex compute_mu_;
   // Steps with micro-batches in flight: the running one and (cross-step)
   // earlier ones whose backwards have not all run.
-  std::map<int64_t, std::unique_ptr<StepState>> in_flight_;
-  int64_t steps_in_run_ = 0;    // cross-step: steps since the last warm-up
-  int64_t two_bw_version_ = 0;  // 2BW: the version the last step used
+  std::map<int64_t, std::unique_ptr<StepState>> in_flight_
+      ABSL_GUARDED_BY(compute_mu_);
+  // Cross-step: steps since the last warm-up.
+  int64_t steps_in_run_ ABSL_GUARDED_BY(compute_mu_) = 0;
+  // 2BW: the version the last step used.
+  int64_t two_bw_version_ ABSL_GUARDED_BY(compute_mu_) = 0;
 
   std::atomic<int64_t> next_step_{0};
   std::atomic<int64_t> until_step_{0};
@@ -204,7 +212,7 @@ class StageExecutor {
   std::atomic<int64_t> evaluation_passes_{0};
   std::atomic<bool> stop_{false};
 
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   v1::StageState state_ ABSL_GUARDED_BY(mu_) = v1::STAGE_STATE_CONFIGURED;
   // Stage 0: the lowest target the run can still honour.
   int64_t committed_until_ ABSL_GUARDED_BY(mu_) = 0;

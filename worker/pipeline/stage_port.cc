@@ -11,22 +11,22 @@ StagePort::StagePort(double recv_timeout_s, StageMetrics* metrics)
       metrics_(metrics) {}
 
 void StagePort::SetDownstream(std::shared_ptr<StageLink> link) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   downstream_ = std::move(link);
 }
 
 void StagePort::SetUpstream(std::shared_ptr<StageLink> link) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   upstream_ = std::move(link);
 }
 
 void StagePort::ClearUpstream(const StageLink* link) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (upstream_.get() == link) upstream_.reset();
 }
 
 bool StagePort::has_downstream() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return downstream_ != nullptr;
 }
 
@@ -42,7 +42,7 @@ absl::Status StagePort::SendOn(const std::shared_ptr<StageLink>& link,
 absl::Status StagePort::SendDownstream(StageMessage message) {
   std::shared_ptr<StageLink> link;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     link = downstream_;
   }
   return SendOn(link, std::move(message));
@@ -51,7 +51,7 @@ absl::Status StagePort::SendDownstream(StageMessage message) {
 absl::Status StagePort::SendUpstream(StageMessage message) {
   std::shared_ptr<StageLink> link;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     link = upstream_;
   }
   return SendOn(link, std::move(message));

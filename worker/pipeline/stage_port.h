@@ -12,10 +12,10 @@
 #define PIPETRAIN_WORKER_PIPELINE_STAGE_PORT_H_
 
 #include <memory>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/pipeline/mailbox.h"
 #include "worker/pipeline/stage_metrics.h"
 
@@ -54,7 +54,7 @@ class StagePort {
   StageMetrics* const metrics_;  // borrowed, may be null
 
   Mailbox mailbox_;  // thread-safe
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::shared_ptr<StageLink> downstream_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<StageLink> upstream_ ABSL_GUARDED_BY(mu_);
 };

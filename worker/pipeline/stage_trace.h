@@ -13,9 +13,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "pipetrain/v1/stage.pb.h"
 #include "worker/pipeline/schedule.h"
 
@@ -62,7 +62,7 @@ class StageTrace {
   const int64_t max_steps_;
   const size_t max_events_;
 
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::deque<TraceRecord> records_ ABSL_GUARDED_BY(mu_);
 };
 
