@@ -183,7 +183,7 @@ class GrpcSender
     msg.tensors = {payload};
     for (int i = 0; i < count; ++i) {
       msg.step = i;
-      auto frames = EncodeMessage("bench", msg, ChunkBytes());
+      auto frames = EncodeMessage("bench", msg, v1::DTYPE_F32, ChunkBytes());
       for (auto& f : *frames) pending_.push_back(std::move(f));
     }
   }

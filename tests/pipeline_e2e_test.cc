@@ -295,7 +295,7 @@ class RawStream
 std::vector<grpc::ByteBuffer> Frames(const std::string& job, int stage,
                                      const StageMessage& msg) {
   std::vector<grpc::ByteBuffer> frames = {EncodeHello(job, stage)};
-  auto encoded = EncodeMessage(job, msg);
+  auto encoded = EncodeMessage(job, msg, v1::DTYPE_F32);
   EXPECT_TRUE(encoded.ok());
   for (auto& f : *encoded) frames.push_back(f);
   return frames;

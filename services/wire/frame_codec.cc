@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spec/vocabulary.h"
+#include "worker/compute/half.h"
 
 namespace pipetrain {
 namespace {
@@ -25,6 +26,8 @@ absl::StatusOr<MessageKind> KindFromProto(v1::FrameKind kind) {
       return MessageKind::kNormPartial;
     case v1::FRAME_KIND_NORM_TOTAL:
       return MessageKind::kNormTotal;
+    case v1::FRAME_KIND_EVAL_ACTIVATION:
+      return MessageKind::kEvalActivation;
     default:
       break;
   }
@@ -42,21 +45,37 @@ v1::FrameKind KindToProto(MessageKind kind) {
       return v1::FRAME_KIND_NORM_PARTIAL;
     case MessageKind::kNormTotal:
       return v1::FRAME_KIND_NORM_TOTAL;
+    case MessageKind::kEvalActivation:
+      return v1::FRAME_KIND_EVAL_ACTIVATION;
   }
   return v1::FRAME_KIND_UNSPECIFIED;
+}
+
+// Whether tensor `index` of a `kind` message is its payload (the
+// activation or gradient itself), which travels in the wire dtype; the
+// others (labels) travel as exact float32.
+bool IsPayloadTensor(MessageKind kind, size_t index) {
+  return index == 0 && (kind == MessageKind::kActivation ||
+                        kind == MessageKind::kEvalActivation ||
+                        kind == MessageKind::kGradient);
 }
 
 // Byte offsets of each tensor in the payload and the payload's size.
 struct Layout {
   std::vector<int64_t> offsets;
   std::vector<int64_t> sizes;
+  std::vector<DType> dtypes;
   int64_t total = 0;
 };
 
-absl::StatusOr<Layout> LayoutOf(const v1::FrameHeader& header) {
+// The layout of the header's tensors; with `as_f32`, of the same tensors
+// widened to float32 (what the decoder assembles).
+absl::StatusOr<Layout> LayoutOf(const v1::FrameHeader& header,
+                                bool as_f32 = false) {
   Layout layout;
   for (const v1::TensorMeta& meta : header.tensors()) {
     ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(meta.dtype()));
+    if (as_f32) dtype = DType::kF32;
     int64_t n = 1;
     for (int64_t d : meta.shape()) {
       if (d < 0 || d > kMaxMessageBytes) {
@@ -70,9 +89,44 @@ absl::StatusOr<Layout> LayoutOf(const v1::FrameHeader& header) {
     layout.total = AlignUp(layout.total);
     layout.offsets.push_back(layout.total);
     layout.sizes.push_back(n * static_cast<int64_t>(DTypeSize(dtype)));
+    layout.dtypes.push_back(dtype);
     layout.total += layout.sizes.back();
   }
   return layout;
+}
+
+// Every tensor in the dtype the receiver expects: payload tensors in the
+// wire dtype, the rest in float32.
+absl::Status CheckDTypes(const v1::FrameHeader& header, MessageKind kind,
+                         DType wire) {
+  for (int i = 0; i < header.tensors_size(); ++i) {
+    ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(header.tensors(i).dtype()));
+    const DType want = IsPayloadTensor(kind, i) ? wire : DType::kF32;
+    if (dtype != want) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", i, " travels as ", DTypeName(dtype),
+                       ", expected ", DTypeName(want),
+                       IsPayloadTensor(kind, i) ? " (the wire dtype)" : ""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Narrows n floats into 16-bit `to` elements.
+void Narrow(const float* src, int64_t n, DType to, uint16_t* dst) {
+  if (to == DType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalf(src[i]);
+  }
+}
+
+void Widen(const uint16_t* src, int64_t n, DType from, float* dst) {
+  if (from == DType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(src[i]);
+  }
 }
 
 grpc::Slice HeaderSlice(const v1::FrameHeader& header) {
@@ -97,6 +151,18 @@ grpc::Slice PayloadSlice(const Tensor& t, int64_t offset, int64_t len) {
   auto* holder = new std::shared_ptr<Storage>(t.storage());
   return grpc::Slice(static_cast<char*>(t.raw()) + offset,
                      static_cast<size_t>(len), &ReleaseStorage, holder);
+}
+
+// Bytes [offset, offset + len) of float32 tensor `t` narrowed to 16-bit
+// `wire` elements, written straight into a new slice (offset and len count
+// wire bytes and fall on element boundaries).
+grpc::Slice NarrowedSlice(const Tensor& t, DType wire, int64_t offset,
+                          int64_t len) {
+  grpc::Slice slice(static_cast<size_t>(len));
+  uint16_t* dst =
+      reinterpret_cast<uint16_t*>(const_cast<uint8_t*>(slice.begin()));
+  Narrow(t.f32() + offset / 2, len / 2, wire, dst);
+  return slice;
 }
 
 // Reads frames' bytes across gRPC slices.
@@ -128,6 +194,28 @@ class SliceReader {
     }
     return true;
   }
+  bool Skip(int64_t n) {
+    char scratch[kAlign];
+    while (n > 0) {
+      const int64_t take = std::min<int64_t>(n, kAlign);
+      if (!Read(scratch, take)) return false;
+      n -= take;
+    }
+    return true;
+  }
+  // Reads n 16-bit `from` elements as floats into `out`, a block at a time
+  // through a small buffer that stays in cache.
+  bool ReadWidened(float* out, int64_t n, DType from) {
+    uint16_t block[2048];
+    while (n > 0) {
+      const int64_t take = std::min<int64_t>(n, 2048);
+      if (!Read(block, take * 2)) return false;
+      Widen(block, take, from, out);
+      out += take;
+      n -= take;
+    }
+    return true;
+  }
 
  private:
   const std::vector<grpc::Slice>& slices_;
@@ -135,6 +223,155 @@ class SliceReader {
   int64_t offset_ = 0;
   int64_t remaining_ = 0;
 };
+
+// The header of `message`'s frames (offset and total still to set): its
+// float32 payload tensor travels as `wire`, the others as they are.
+absl::StatusOr<v1::FrameHeader> MessageHeader(const std::string& job_id,
+                                              const StageMessage& message,
+                                              DType wire) {
+  v1::FrameHeader header;
+  header.set_kind(KindToProto(message.kind));
+  header.set_job_id(job_id);
+  header.set_step(message.step);
+  header.set_micro_batch(message.micro_batch);
+  header.set_chunk(message.chunk);
+  header.set_weight_version(message.weight_version);
+  header.set_value(message.value);
+  for (size_t i = 0; i < message.tensors.size(); ++i) {
+    const Tensor& t = message.tensors[i];
+    if (t.empty() || t.device() != Device::kCpu) {
+      return absl::InvalidArgumentError("frames carry host tensors only");
+    }
+    const bool narrow =
+        IsPayloadTensor(message.kind, i) && t.dtype() == DType::kF32;
+    v1::TensorMeta* meta = header.add_tensors();
+    meta->set_dtype(DTypeToProto(narrow ? wire : t.dtype()));
+    for (int64_t d : t.shape()) meta->add_shape(d);
+  }
+  return header;
+}
+
+// Appends the slices of payload bytes [offset, end): the tensors (narrowed
+// where the layout says so) and the alignment gaps between them.
+void AppendPayload(const StageMessage& message, const Layout& layout,
+                   int64_t offset, int64_t end,
+                   std::vector<grpc::Slice>* slices) {
+  int64_t pos = offset;
+  for (size_t i = 0; i < message.tensors.size() && pos < end; ++i) {
+    const int64_t t_begin = layout.offsets[i];
+    const int64_t t_end = t_begin + layout.sizes[i];
+    if (pos < t_begin) {  // alignment gap before tensor i
+      const int64_t gap = std::min(end, t_begin) - pos;
+      slices->emplace_back(kZeros, gap, grpc::Slice::STATIC_SLICE);
+      pos += gap;
+    }
+    if (pos >= t_begin && pos < t_end && pos < end) {
+      const Tensor& t = message.tensors[i];
+      const int64_t len = std::min(end, t_end) - pos;
+      slices->push_back(
+          layout.dtypes[i] == t.dtype()
+              ? PayloadSlice(t, pos - t_begin, len)
+              : NarrowedSlice(t, layout.dtypes[i], pos - t_begin, len));
+      pos += len;
+    }
+  }
+}
+
+// A message's layout on the wire and widened to float32 (as assembled).
+struct FrameLayouts {
+  Layout wire;
+  Layout widened;
+};
+
+// The header's layouts, after checking its tensors' dtypes and byte count.
+absl::StatusOr<FrameLayouts> CheckedLayouts(const v1::FrameHeader& h,
+                                            MessageKind kind,
+                                            v1::DType wire_dtype) {
+  ASSIGN_OR_RETURN(DType wire, DTypeFromProto(wire_dtype));
+  RETURN_IF_ERROR(CheckDTypes(h, kind, wire));
+  FrameLayouts layouts;
+  ASSIGN_OR_RETURN(layouts.wire, LayoutOf(h));
+  ASSIGN_OR_RETURN(layouts.widened, LayoutOf(h, /*as_f32=*/true));
+  if (layouts.wire.total != h.total_bytes() ||
+      layouts.widened.total > kMaxMessageBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("message declares ", h.total_bytes(),
+                     " bytes but its tensors need ", layouts.wire.total));
+  }
+  return layouts;
+}
+
+// Reads a frame's length prefix and header.
+absl::Status ReadHeader(SliceReader* reader, v1::FrameHeader* header) {
+  uint8_t len_bytes[4];
+  if (!reader->Read(len_bytes, 4)) {
+    return absl::InvalidArgumentError("frame shorter than its length prefix");
+  }
+  const int64_t header_len = len_bytes[0] | (len_bytes[1] << 8) |
+                             (len_bytes[2] << 16) |
+                             (static_cast<int64_t>(len_bytes[3]) << 24);
+  if (header_len > kMaxHeaderBytes || header_len > reader->remaining()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame header of ", header_len, " bytes does not fit"));
+  }
+  std::string bytes(header_len, '\0');
+  reader->Read(bytes.data(), header_len);
+  if (!header->ParseFromString(bytes)) {
+    return absl::InvalidArgumentError("unparsable frame header");
+  }
+  return absl::OkStatus();
+}
+
+// The message a completed header's payload in `storage` holds.
+StageMessage AssembledMessage(MessageKind kind, const v1::FrameHeader& h,
+                              const std::shared_ptr<Storage>& storage,
+                              const Layout& widened) {
+  StageMessage message;
+  message.kind = kind;
+  message.step = h.step();
+  message.micro_batch = h.micro_batch();
+  message.chunk = h.chunk();
+  message.weight_version = h.weight_version();
+  message.value = h.value();
+  for (int i = 0; i < h.tensors_size(); ++i) {
+    const v1::TensorMeta& meta = h.tensors(i);
+    message.tensors.emplace_back(
+        storage, Shape(meta.shape().begin(), meta.shape().end()), DType::kF32,
+        static_cast<size_t>(widened.offsets[i]));
+  }
+  return message;
+}
+
+// Copies wire bytes [begin, end) of a message from `reader` into `dst`, the
+// message's widened (float32) layout: float32 tensors byte for byte,
+// narrowed ones widened, alignment gaps skipped. The caller checked that
+// the range lies inside the payload and starts and ends on element
+// boundaries.
+void ReadPayload(const FrameLayouts& layouts, int64_t begin, int64_t end,
+                 SliceReader* reader, char* dst) {
+  const Layout& wire = layouts.wire;
+  const Layout& widened = layouts.widened;
+  int64_t pos = begin;
+  for (size_t i = 0; i < wire.offsets.size() && pos < end; ++i) {
+    const int64_t t_begin = wire.offsets[i];
+    const int64_t t_end = t_begin + wire.sizes[i];
+    if (pos < t_begin) {
+      const int64_t gap = std::min(end, t_begin) - pos;
+      reader->Skip(gap);
+      pos += gap;
+    }
+    if (pos >= t_end || pos >= end) continue;
+    const int64_t len = std::min(end, t_end) - pos;
+    char* out = dst + widened.offsets[i];
+    if (wire.dtypes[i] == DType::kF32) {
+      reader->Read(out + (pos - t_begin), len);
+    } else {
+      reader->ReadWidened(reinterpret_cast<float*>(out) + (pos - t_begin) / 2,
+                          len / 2, wire.dtypes[i]);
+    }
+    pos += len;
+  }
+}
 
 }  // namespace
 
@@ -147,50 +384,35 @@ grpc::ByteBuffer EncodeHello(const std::string& job_id, int stage) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
+int64_t WirePayloadBytes(const StageMessage& message, v1::DType wire_dtype) {
+  const absl::StatusOr<DType> wire = DTypeFromProto(wire_dtype);
+  int64_t n = 0;
+  for (size_t i = 0; i < message.tensors.size(); ++i) {
+    const Tensor& t = message.tensors[i];
+    const bool narrow = wire.ok() && IsPayloadTensor(message.kind, i) &&
+                        t.dtype() == DType::kF32;
+    n +=
+        t.numel() * static_cast<int64_t>(DTypeSize(narrow ? *wire : t.dtype()));
+  }
+  return n;
+}
+
 absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeMessage(
     const std::string& job_id, const StageMessage& message,
-    size_t chunk_bytes) {
-  v1::FrameHeader header;
-  header.set_kind(KindToProto(message.kind));
-  header.set_job_id(job_id);
-  header.set_step(message.step);
-  header.set_micro_batch(message.micro_batch);
-  header.set_chunk(message.chunk);
-  header.set_weight_version(message.weight_version);
-  header.set_value(message.value);
-  for (const Tensor& t : message.tensors) {
-    if (t.empty() || t.device() != Device::kCpu) {
-      return absl::InvalidArgumentError("frames carry host tensors only");
-    }
-    v1::TensorMeta* meta = header.add_tensors();
-    meta->set_dtype(DTypeToProto(t.dtype()));
-    for (int64_t d : t.shape()) meta->add_shape(d);
-  }
+    v1::DType wire_dtype, size_t chunk_bytes) {
+  ASSIGN_OR_RETURN(const DType wire, DTypeFromProto(wire_dtype));
+  ASSIGN_OR_RETURN(v1::FrameHeader header,
+                   MessageHeader(job_id, message, wire));
   ASSIGN_OR_RETURN(Layout layout, LayoutOf(header));
   header.set_total_bytes(layout.total);
-  const int64_t chunk = std::max<int64_t>(kAlign, chunk_bytes);
+  const int64_t chunk = AlignUp(std::max<int64_t>(kAlign, chunk_bytes));
   std::vector<grpc::ByteBuffer> frames;
   int64_t offset = 0;
   do {
     const int64_t end = std::min(layout.total, offset + chunk);
     header.set_offset(offset);
     std::vector<grpc::Slice> slices = {HeaderSlice(header)};
-    // The tensors and alignment gaps that overlap [offset, end).
-    int64_t pos = offset;
-    for (size_t i = 0; i < message.tensors.size() && pos < end; ++i) {
-      const int64_t t_begin = layout.offsets[i];
-      const int64_t t_end = t_begin + layout.sizes[i];
-      if (pos < t_begin) {  // alignment gap before tensor i
-        const int64_t gap = std::min(end, t_begin) - pos;
-        slices.emplace_back(kZeros, gap, grpc::Slice::STATIC_SLICE);
-        pos += gap;
-      }
-      if (pos >= t_begin && pos < t_end && pos < end) {
-        const int64_t len = std::min(end, t_end) - pos;
-        slices.push_back(PayloadSlice(message.tensors[i], pos - t_begin, len));
-        pos += len;
-      }
-    }
+    AppendPayload(message, layout, offset, end, &slices);
     frames.emplace_back(slices.data(), slices.size());
     offset = end;
   } while (offset < layout.total);
@@ -201,41 +423,8 @@ FrameAssembler::FrameAssembler(std::shared_ptr<HostBufferPool> pool)
     : pool_(pool != nullptr ? std::move(pool)
                             : HostBufferPool::Create(size_t{256} << 20)) {}
 
-absl::StatusOr<DecodedFrame> FrameAssembler::Add(
-    const grpc::ByteBuffer& frame) {
-  std::vector<grpc::Slice> slices;
-  if (!frame.Dump(&slices).ok()) {
-    return absl::InvalidArgumentError("unreadable frame");
-  }
-  SliceReader reader(slices);
-  reader.Init();
-  uint8_t len_bytes[4];
-  if (!reader.Read(len_bytes, 4)) {
-    return absl::InvalidArgumentError("frame shorter than its length prefix");
-  }
-  const int64_t header_len = len_bytes[0] | (len_bytes[1] << 8) |
-                             (len_bytes[2] << 16) |
-                             (static_cast<int64_t>(len_bytes[3]) << 24);
-  if (header_len > kMaxHeaderBytes || header_len > reader.remaining()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("frame header of ", header_len, " bytes does not fit"));
-  }
-  std::string header_bytes(header_len, '\0');
-  reader.Read(header_bytes.data(), header_len);
-  DecodedFrame out;
-  if (!out.header.ParseFromString(header_bytes)) {
-    return absl::InvalidArgumentError("unparsable frame header");
-  }
-  const v1::FrameHeader& h = out.header;
-  if (h.kind() == v1::FRAME_KIND_HELLO) return out;
-  ASSIGN_OR_RETURN(MessageKind kind, KindFromProto(h.kind()));
-  ASSIGN_OR_RETURN(Layout layout, LayoutOf(h));
-  if (layout.total != h.total_bytes() || layout.total > kMaxMessageBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("message declares ", h.total_bytes(),
-                     " bytes but its tensors need ", layout.total));
-  }
-  const Key key{static_cast<int>(kind), h.step(), h.micro_batch(), h.chunk()};
+absl::StatusOr<FrameAssembler::Partial*> FrameAssembler::PartialFor(
+    const Key& key, const v1::FrameHeader& h, int64_t widened_bytes) {
   auto it = partial_.find(key);
   if (it == partial_.end()) {
     if (h.offset() != 0) {
@@ -244,7 +433,7 @@ absl::StatusOr<DecodedFrame> FrameAssembler::Add(
     }
     Partial p;
     p.header = h;
-    p.storage = pool_->Get(static_cast<size_t>(layout.total));
+    p.storage = pool_->Get(static_cast<size_t>(widened_bytes));
     if (p.storage == nullptr) {
       return absl::ResourceExhaustedError("cannot allocate a message buffer");
     }
@@ -252,38 +441,46 @@ absl::StatusOr<DecodedFrame> FrameAssembler::Add(
   }
   Partial& p = it->second;
   if (h.offset() != p.received || h.total_bytes() != p.header.total_bytes()) {
+    const int64_t expected = p.received;
     partial_.erase(it);
     return absl::InvalidArgumentError(absl::StrCat("frame at byte ", h.offset(),
                                                    " out of order (expected ",
-                                                   p.received, ")"));
+                                                   expected, ")"));
   }
-  const int64_t payload = reader.remaining();
-  if (payload > h.total_bytes() - p.received) {
-    partial_.erase(it);
-    return absl::InvalidArgumentError(absl::StrCat("frame carries ", payload,
-                                                   " bytes past the message's ",
-                                                   h.total_bytes()));
-  }
-  reader.Read(static_cast<char*>(p.storage->data()) + p.received, payload);
-  p.received += payload;
-  if (p.received < h.total_bytes()) return out;
+  return &p;
+}
 
-  StageMessage message;
-  message.kind = kind;
-  message.step = h.step();
-  message.micro_batch = h.micro_batch();
-  message.chunk = h.chunk();
-  message.weight_version = h.weight_version();
-  message.value = h.value();
-  for (int i = 0; i < h.tensors_size(); ++i) {
-    const v1::TensorMeta& meta = h.tensors(i);
-    ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(meta.dtype()));
-    message.tensors.emplace_back(
-        p.storage, Shape(meta.shape().begin(), meta.shape().end()), dtype,
-        static_cast<size_t>(layout.offsets[i]));
+absl::StatusOr<DecodedFrame> FrameAssembler::Add(
+    const grpc::ByteBuffer& frame) {
+  std::vector<grpc::Slice> slices;
+  if (!frame.Dump(&slices).ok()) {
+    return absl::InvalidArgumentError("unreadable frame");
   }
-  partial_.erase(it);
-  out.message = std::move(message);
+  SliceReader reader(slices);
+  reader.Init();
+  DecodedFrame out;
+  RETURN_IF_ERROR(ReadHeader(&reader, &out.header));
+  const v1::FrameHeader& h = out.header;
+  if (h.kind() == v1::FRAME_KIND_HELLO) return out;
+  ASSIGN_OR_RETURN(MessageKind kind, KindFromProto(h.kind()));
+  ASSIGN_OR_RETURN(const FrameLayouts layouts,
+                   CheckedLayouts(h, kind, wire_dtype_));
+  const Key key{static_cast<int>(kind), h.step(), h.micro_batch(), h.chunk()};
+  ASSIGN_OR_RETURN(Partial * p, PartialFor(key, h, layouts.widened.total));
+  const int64_t end = p->received + reader.remaining();
+  if (end > h.total_bytes() || (end < h.total_bytes() && end % kAlign != 0)) {
+    const int64_t begin = p->received;
+    partial_.erase(key);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame carries bytes [", begin, ", ", end, ") of the message's ",
+        h.total_bytes(), " (frames end on multiples of ", kAlign, ")"));
+  }
+  ReadPayload(layouts, p->received, end, &reader,
+              static_cast<char*>(p->storage->data()));
+  p->received = end;
+  if (p->received < h.total_bytes()) return out;
+  out.message = AssembledMessage(kind, h, p->storage, layouts.widened);
+  partial_.erase(key);
   return out;
 }
 

@@ -4,10 +4,20 @@
 //   [u32 little-endian header length][FrameHeader][payload bytes]
 // The payload of a message is its tensors laid end to end, each starting at
 // an 8-byte-aligned offset. Frames carry consecutive ranges of at most
-// `chunk_bytes` payload bytes. Encoding never copies tensor data: payload
-// slices point into the tensors' storage and keep it alive until gRPC has
-// written them. Decoding copies each payload byte once, from gRPC's receive
-// buffers into the message's tensor storage.
+// `chunk_bytes` payload bytes (rounded up to a multiple of 8, so no element
+// straddles two frames).
+//
+// The wire dtype: a stage's messages hold float32 tensors; an activation's
+// or gradient's own tensor (StageMessage::tensors[0], not the labels) may
+// travel narrowed to bf16 or fp16, the stage's configured wire dtype. The
+// encoder narrows it straight into the frames' payload; the decoder widens
+// it back to float32 straight from gRPC's receive buffers and rejects a
+// message whose tensors do not travel in the dtypes it expects.
+//
+// Encoding a float32 wire never copies tensor data: payload slices point
+// into the tensors' storage and keep it alive until gRPC has written them.
+// Decoding copies (or widens) each payload byte once, into the message's
+// tensor storage.
 #ifndef PIPETRAIN_SERVICES_WIRE_FRAME_CODEC_H_
 #define PIPETRAIN_SERVICES_WIRE_FRAME_CODEC_H_
 
@@ -33,11 +43,17 @@ inline constexpr int64_t kMaxMessageBytes = int64_t{8} << 30;
 // Frames of a HELLO (the first message an upstream stage sends).
 grpc::ByteBuffer EncodeHello(const std::string& job_id, int stage);
 
-// Frames of one message. InvalidArgument for tensors that are not on the
-// host.
+// Frames of one message, its float32 payload tensor narrowed to
+// `wire_dtype` (tensors in another dtype travel as they are, for the
+// receiver to judge). InvalidArgument for tensors that are not on the host
+// or an unknown wire dtype.
 absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeMessage(
     const std::string& job_id, const StageMessage& message,
-    size_t chunk_bytes = kDefaultChunkBytes);
+    v1::DType wire_dtype, size_t chunk_bytes = kDefaultChunkBytes);
+
+// The bytes a message's tensors take on the wire with `wire_dtype`
+// (alignment gaps and headers left out): what the stage metrics count.
+int64_t WirePayloadBytes(const StageMessage& message, v1::DType wire_dtype);
 
 // What one decoded frame contributed.
 struct DecodedFrame {
@@ -54,9 +70,14 @@ class FrameAssembler {
   // when null, from a pool of this assembler's own.
   explicit FrameAssembler(std::shared_ptr<HostBufferPool> pool = nullptr);
 
+  // The dtype payload tensors must travel in (float32 until set); the
+  // stream sets its stage's configured wire dtype.
+  void set_wire_dtype(v1::DType wire_dtype) { wire_dtype_ = wire_dtype; }
+
   // InvalidArgument for a malformed frame (bad header, unknown kind or
-  // dtype, a byte count that does not match the tensors' shapes, frames out
-  // of order, an oversize message).
+  // dtype, a tensor not in the expected dtype, a byte count that does not
+  // match the tensors' shapes, frames out of order or cut inside an
+  // element, an oversize message). Decoded messages hold float32 tensors.
   absl::StatusOr<DecodedFrame> Add(const grpc::ByteBuffer& frame);
   size_t pending() const { return partial_.size(); }
 
@@ -67,7 +88,12 @@ class FrameAssembler {
     int64_t received = 0;
   };
   using Key = std::tuple<int, int64_t, int32_t, int32_t>;  // + chunk
+  // The message `key` a frame with header `h` continues (started when it
+  // is the first frame); InvalidArgument for a frame out of order.
+  absl::StatusOr<Partial*> PartialFor(const Key& key, const v1::FrameHeader& h,
+                                      int64_t widened_bytes);
   std::shared_ptr<HostBufferPool> pool_;
+  v1::DType wire_dtype_ = v1::DTYPE_F32;
   std::map<Key, Partial> partial_;
 };
 

@@ -20,11 +20,13 @@ Tensor Iota(const Shape& shape, DType dtype = DType::kF32) {
   return t;
 }
 
-StageMessage RoundTrip(const StageMessage& in, size_t chunk, int* frames) {
-  auto encoded = EncodeMessage("job", in, chunk);
+StageMessage RoundTrip(const StageMessage& in, size_t chunk, int* frames,
+                       v1::DType wire = v1::DTYPE_F32) {
+  auto encoded = EncodeMessage("job", in, wire, chunk);
   EXPECT_TRUE(encoded.ok()) << encoded.status();
   *frames = static_cast<int>(encoded->size());
   FrameAssembler assembler;
+  assembler.set_wire_dtype(wire);
   std::optional<StageMessage> out;
   for (size_t i = 0; i < encoded->size(); ++i) {
     auto decoded = assembler.Add((*encoded)[i]);
@@ -37,29 +39,110 @@ StageMessage RoundTrip(const StageMessage& in, size_t chunk, int* frames) {
   return out.value_or(StageMessage());
 }
 
+// Values that bf16 and fp16 must round.
+Tensor Fractions(const Shape& shape) {
+  Tensor t = Tensor::Host(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    t.f32()[i] = 1.0f + static_cast<float>(i) / 1000.0f - (i % 3) * 0.37f;
+  }
+  return t;
+}
+
+// A float32 activation narrowed to the wire dtype and widened back: each
+// element rounds once (to nearest even), the labels arrive exactly, and
+// the message survives being cut into frames anywhere an element allows.
 TEST(FrameCodec, MessagesSurviveChunkingAcrossTensorBoundaries) {
   StageMessage in;
   in.kind = MessageKind::kActivation;
   in.step = 12;
   in.micro_batch = 3;
   in.weight_version = 7;
-  // An odd-sized bf16 tensor forces an alignment gap before the labels.
-  in.tensors = {Iota({5, 7}, DType::kBF16), Iota({5})};
-  for (size_t chunk :
-       {size_t{8}, size_t{24}, size_t{72}, size_t{1000}, kDefaultChunkBytes}) {
-    int frames = 0;
-    StageMessage out = RoundTrip(in, chunk, &frames);
-    EXPECT_EQ(frames, static_cast<int>((92 + chunk - 1) / chunk)) << chunk;
-    EXPECT_EQ(out.kind, in.kind);
-    EXPECT_EQ(out.step, 12);
-    EXPECT_EQ(out.micro_batch, 3);
-    EXPECT_EQ(out.weight_version, 7);
-    ASSERT_EQ(out.tensors.size(), 2u);
-    EXPECT_EQ(out.tensors[0].dtype(), DType::kBF16);
-    EXPECT_EQ(out.tensors[0].shape(), (Shape{5, 7}));
-    EXPECT_EQ(std::memcmp(out.tensors[0].raw(), in.tensors[0].raw(), 70), 0);
-    EXPECT_EQ(out.tensors[1].ToVector(), in.tensors[1].ToVector());
+  // An odd-sized 16-bit tensor forces an alignment gap before the labels.
+  in.tensors = {Fractions({5, 7}), Fractions({5})};
+  for (v1::DType wire : {v1::DTYPE_BF16, v1::DTYPE_F16}) {
+    for (size_t chunk : {size_t{8}, size_t{24}, size_t{72}, size_t{1000},
+                         kDefaultChunkBytes}) {
+      SCOPED_TRACE(::testing::Message()
+                   << v1::DType_Name(wire) << " " << chunk);
+      int frames = 0;
+      StageMessage out = RoundTrip(in, chunk, &frames, wire);
+      // 70 bytes of 16-bit activation, a 2-byte gap, 20 bytes of labels.
+      EXPECT_EQ(frames, static_cast<int>((92 + chunk - 1) / chunk));
+      EXPECT_EQ(out.kind, in.kind);
+      EXPECT_EQ(out.step, 12);
+      EXPECT_EQ(out.micro_batch, 3);
+      EXPECT_EQ(out.weight_version, 7);
+      ASSERT_EQ(out.tensors.size(), 2u);
+      EXPECT_EQ(out.tensors[0].dtype(), DType::kF32);
+      EXPECT_EQ(out.tensors[0].shape(), (Shape{5, 7}));
+      const std::vector<float> sent = in.tensors[0].ToVector();
+      const std::vector<float> got = out.tensors[0].ToVector();
+      for (size_t i = 0; i < sent.size(); ++i) {
+        const float want = wire == v1::DTYPE_BF16
+                               ? Bf16ToFloat(FloatToBf16(sent[i]))
+                               : HalfToFloat(FloatToHalf(sent[i]));
+        EXPECT_EQ(got[i], want) << i;
+      }
+      EXPECT_NE(got, sent);  // the wire really narrowed them
+      EXPECT_EQ(out.tensors[1].ToVector(), in.tensors[1].ToVector());
+    }
   }
+}
+
+TEST(FrameCodec, FloatWireIsExactAndEvaluationActivationsTravel) {
+  StageMessage in;
+  in.kind = MessageKind::kEvalActivation;
+  in.step = 2;
+  in.micro_batch = 40;
+  in.value = 1.0;
+  in.tensors = {Fractions({3, 5}), Fractions({3})};
+  int frames = 0;
+  StageMessage out = RoundTrip(in, 24, &frames);
+  EXPECT_EQ(out.kind, MessageKind::kEvalActivation);
+  EXPECT_EQ(out.micro_batch, 40);
+  EXPECT_EQ(out.value, 1.0);
+  ASSERT_EQ(out.tensors.size(), 2u);
+  EXPECT_EQ(out.tensors[0].ToVector(), in.tensors[0].ToVector());
+  EXPECT_EQ(out.tensors[1].ToVector(), in.tensors[1].ToVector());
+  EXPECT_EQ(WirePayloadBytes(in, v1::DTYPE_F32), 4 * (15 + 3));
+  EXPECT_EQ(WirePayloadBytes(in, v1::DTYPE_BF16), 2 * 15 + 4 * 3);
+}
+
+// The decoder takes payloads only in the wire dtype it was told, and
+// labels only as float32.
+TEST(FrameCodec, TensorsInUnexpectedDTypesAreRejected) {
+  StageMessage in;
+  in.kind = MessageKind::kGradient;
+  in.tensors = {Fractions({4, 4})};
+  struct Case {
+    v1::DType sent;
+    v1::DType expected;
+  };
+  for (Case c : {Case{v1::DTYPE_BF16, v1::DTYPE_F32},
+                 Case{v1::DTYPE_F32, v1::DTYPE_BF16},
+                 Case{v1::DTYPE_F16, v1::DTYPE_BF16}}) {
+    auto frames = EncodeMessage("job", in, c.sent);
+    ASSERT_TRUE(frames.ok());
+    FrameAssembler assembler;
+    assembler.set_wire_dtype(c.expected);
+    const absl::Status status = assembler.Add((*frames)[0]).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("wire dtype"), std::string::npos) << status;
+  }
+  // bf16 labels: tensors other than the payload travel as they are, and
+  // arrive as what they are.
+  StageMessage act;
+  act.kind = MessageKind::kActivation;
+  act.tensors = {Fractions({2, 4}), Iota({2}, DType::kBF16)};
+  auto frames = EncodeMessage("job", act, v1::DTYPE_BF16);
+  ASSERT_TRUE(frames.ok());
+  FrameAssembler assembler;
+  assembler.set_wire_dtype(v1::DTYPE_BF16);
+  EXPECT_EQ(assembler.Add((*frames)[0]).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      EncodeMessage("job", act, static_cast<v1::DType>(9)).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(FrameCodec, LargeTensorsTravelInOneMebibyteFrames) {
@@ -75,7 +158,7 @@ TEST(FrameCodec, LargeTensorsTravelInOneMebibyteFrames) {
 TEST(FrameCodec, EncodingDoesNotCopyThePayload) {
   StageMessage in;
   in.tensors = {Iota({1024})};
-  auto frames = EncodeMessage("job", in);
+  auto frames = EncodeMessage("job", in, v1::DTYPE_F32);
   ASSERT_TRUE(frames.ok());
   std::vector<grpc::Slice> slices;
   ASSERT_TRUE((*frames)[0].Dump(&slices).ok());
@@ -83,6 +166,18 @@ TEST(FrameCodec, EncodingDoesNotCopyThePayload) {
   EXPECT_EQ(static_cast<const void*>(slices[1].begin()), in.tensors[0].raw());
   // The frame keeps the tensor's storage alive.
   EXPECT_GE(in.tensors[0].storage().use_count(), 2);
+
+  // Narrowed, the payload is written straight into the frame instead.
+  frames = EncodeMessage("job", in, v1::DTYPE_BF16);
+  ASSERT_TRUE(frames.ok());
+  slices.clear();
+  ASSERT_TRUE((*frames)[0].Dump(&slices).ok());
+  ASSERT_EQ(slices.size(), 2u);
+  ASSERT_EQ(slices[1].size(), 2048u);
+  const uint16_t* wire = reinterpret_cast<const uint16_t*>(slices[1].begin());
+  for (int i = 0; i < 1024; ++i) {
+    ASSERT_EQ(wire[i], FloatToBf16(in.tensors[0].f32()[i])) << i;
+  }
 }
 
 TEST(FrameCodec, NormMessagesHaveNoPayload) {
@@ -123,7 +218,7 @@ TEST(FrameCodec, MalformedFramesAreRejected) {
   // Frames out of order.
   StageMessage in;
   in.tensors = {Iota({64})};
-  auto frames = EncodeMessage("job", in, 64);
+  auto frames = EncodeMessage("job", in, v1::DTYPE_F32, 64);
   ASSERT_TRUE(frames.ok());
   ASSERT_EQ(frames->size(), 4u);
   EXPECT_EQ(assembler.Add((*frames)[1]).status().code(),
@@ -131,6 +226,18 @@ TEST(FrameCodec, MalformedFramesAreRejected) {
   ASSERT_TRUE(assembler.Add((*frames)[0]).ok());
   EXPECT_EQ(assembler.Add((*frames)[2]).status().code(),
             absl::StatusCode::kInvalidArgument);
+
+  // A first frame cut inside an element (6 of its 64 payload bytes): a
+  // narrowed element could straddle two frames.
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE((*frames)[0].Dump(&slices).ok());
+  ASSERT_EQ(slices.size(), 2u);
+  grpc::Slice cut[2] = {slices[0], grpc::Slice(slices[1].begin(), 6)};
+  FrameAssembler fresh;
+  auto status2 = fresh.Add(grpc::ByteBuffer(cut, 2)).status();
+  EXPECT_EQ(status2.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status2.message().find("multiples of 8"), std::string::npos)
+      << status2;
 }
 
 }  // namespace

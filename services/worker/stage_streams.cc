@@ -10,10 +10,8 @@ namespace {
 
 constexpr char kExchangeMethod[] = "/pipetrain.v1.StageService/Exchange";
 
-int64_t PayloadBytes(const StageMessage& m) {
-  int64_t n = 0;
-  for (const Tensor& t : m.tensors) n += t.bytes();
-  return n;
+int64_t PayloadBytes(const StageExecutor& executor, const StageMessage& m) {
+  return WirePayloadBytes(m, executor.config().wire_dtype());
 }
 
 // Validates and delivers a decoded message to a stage.
@@ -22,7 +20,7 @@ absl::Status DeliverTo(StageExecutor* executor, StageMetrics* metrics,
   RETURN_IF_ERROR(executor->ValidateIncoming(message));
   if (metrics != nullptr) {
     metrics->CountMessage(StageMetrics::kReceived, message.kind,
-                          PayloadBytes(message));
+                          PayloadBytes(*executor, message));
   }
   return executor->mailbox()->Deliver(std::move(message));
 }
@@ -55,6 +53,7 @@ std::shared_ptr<DownstreamStream> DownstreamStream::Open(
       new DownstreamStream(address, executor, metrics, chunk_bytes));
   // The neighbour may still be starting: wait for it instead of failing.
   s->context_.set_wait_for_ready(true);
+  s->assembler_.set_wire_dtype(executor->config().wire_dtype());
   s->stub_.PrepareBidiStreamingCall(&s->context_, kExchangeMethod,
                                     grpc::StubOptions(), s.get());
   std::vector<grpc::ByteBuffer> hello;
@@ -96,11 +95,12 @@ absl::Status DownstreamStream::Send(StageMessage message) {
   }
   if (metrics_ != nullptr) {
     metrics_->CountMessage(StageMetrics::kSent, message.kind,
-                           PayloadBytes(message));
+                           PayloadBytes(*executor_, message));
   }
   ASSIGN_OR_RETURN(
       std::vector<grpc::ByteBuffer> frames,
-      EncodeMessage(executor_->config().job_id(), message, chunk_bytes_));
+      EncodeMessage(executor_->config().job_id(), message,
+                    executor_->config().wire_dtype(), chunk_bytes_));
   Enqueue(std::move(frames));
   return absl::OkStatus();
 }
@@ -185,10 +185,10 @@ UpstreamStream::UpstreamStream(StageHost* host, size_t chunk_bytes)
 absl::Status UpstreamStream::Send(StageMessage message) {
   if (host_->metrics() != nullptr) {
     host_->metrics()->CountMessage(StageMetrics::kSent, message.kind,
-                                   PayloadBytes(message));
+                                   WirePayloadBytes(message, wire_dtype_));
   }
   ASSIGN_OR_RETURN(std::vector<grpc::ByteBuffer> frames,
-                   EncodeMessage(job_id_, message, chunk_bytes_));
+                   EncodeMessage(job_id_, message, wire_dtype_, chunk_bytes_));
   bool start = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -259,6 +259,8 @@ absl::Status UpstreamStream::HandleFrame() {
           "stage ", h.stage(), " is not the previous stage of stage ", stage));
     }
     job_id_ = h.job_id();
+    wire_dtype_ = executor_->config().wire_dtype();
+    assembler_.set_wire_dtype(wire_dtype_);
     link_ = std::make_shared<Link>(this);
     executor_->SetUpstream(link_);
     return absl::OkStatus();

@@ -117,6 +117,7 @@ class UpstreamStream final
   std::shared_ptr<StageExecutor> executor_;
   std::shared_ptr<Link> link_;
   std::string job_id_;
+  v1::DType wire_dtype_ = v1::DTYPE_F32;
 
   std::mutex mu_;
   WriteQueue writes_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,7 @@
 
 #include "common/status_macros.h"
 #include "worker/compute/elementwise_math.h"
+#include "worker/compute/half.h"
 
 namespace pipetrain {
 
@@ -38,6 +39,30 @@ absl::StatusOr<Tensor> RunBackward(Layer* layer, BackwardMode mode,
 
 void ZeroGrads(const std::vector<Param*>& params) {
   for (Param* p : params) p->grad_fresh = true;
+}
+
+absl::StatusOr<uint64_t> ParamsChecksum(Backend* backend,
+                                        const std::vector<Param*>& params) {
+  uint64_t hash = 0x9e3779b97f4a7c15ull;
+  std::vector<float> host;
+  for (const Param* p : params) {
+    const float* values = p->value.f32();
+    if (p->value.device() != Device::kCpu) {
+      host.resize(static_cast<size_t>(p->value.numel()));
+      RETURN_IF_ERROR(
+          backend->CopyToHost(values, p->value.numel(), host.data()));
+      values = host.data();
+    }
+    // Two floats per 64-bit word, each word mixed in: any changed bit or
+    // swapped position changes the result.
+    const int64_t n = p->value.numel();
+    for (int64_t i = 0; i < n; i += 2) {
+      uint64_t word = FloatBits(values[i]);
+      if (i + 1 < n) word |= uint64_t{FloatBits(values[i + 1])} << 32;
+      hash = math::SplitMix64(hash ^ word);
+    }
+  }
+  return hash;
 }
 
 uint64_t LayerInitSeed(uint64_t seed, int64_t layer_index, int64_t child) {

@@ -102,6 +102,14 @@ absl::StatusOr<Tensor> RunBackward(Layer* layer, BackwardMode mode,
 // Marks every gradient as empty; the next backward overwrites it.
 void ZeroGrads(const std::vector<Param*>& params);
 
+// A 64-bit checksum of the parameters' current values (their bytes, in
+// order), for checking which weights an operation really ran with. Device
+// values are copied to the host first, so this costs a pass over the
+// weights: a verification aid, not something to run on every production
+// step.
+absl::StatusOr<uint64_t> ParamsChecksum(Backend* backend,
+                                        const std::vector<Param*>& params);
+
 // A seed for the random initialization of one layer (or sub-layer), a pure
 // function of the job seed and the layer's place, so layer i's weights are
 // the same however the model is partitioned.

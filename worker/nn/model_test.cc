@@ -2,6 +2,9 @@
 // do not depend on the partition.
 #include "worker/nn/model.h"
 
+#include <cmath>
+#include <utility>
+
 #include "common/proto_json.h"
 #include "gtest/gtest.h"
 #include "worker/compute/cpu/cpu_backend.h"
@@ -112,6 +115,32 @@ TEST(Model, InitializationAndOutputsDoNotDependOnThePartition) {
     }
     EXPECT_EQ(h.ToVector(), y_whole->ToVector());
   }
+}
+
+// The checksum follows the values: equal weights, equal checksums; one
+// changed element, or two swapped, change it.
+TEST(Model, ParamsChecksumFollowsTheValues) {
+  auto backend = CreateCpuBackend(1);
+  const v1::ModelSpec spec = Parse(kMlp);
+  const int n = spec.layers_size();
+  auto a = Model::Build(spec, 0, n, backend.get(), 7);
+  auto b = Model::Build(spec, 0, n, backend.get(), 7);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto sum = [&](Model* m) {
+    auto c = ParamsChecksum(backend.get(), m->params());
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.value_or(0);
+  };
+  const uint64_t original = sum(a->get());
+  EXPECT_EQ(sum(b->get()), original);
+  float* w = (*b)->params()[0]->value.f32();
+  w[3] = std::nextafter(w[3], 1.0f);
+  const uint64_t nudged = sum(b->get());
+  EXPECT_NE(nudged, original);
+  w[3] = std::nextafter(w[3], -1.0f);
+  EXPECT_EQ(sum(b->get()), original);
+  std::swap(w[0], w[1]);
+  EXPECT_NE(sum(b->get()), original);
 }
 
 }  // namespace

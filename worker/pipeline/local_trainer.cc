@@ -7,26 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/compute/elementwise_math.h"
+#include "spec/training_spec.h"
+#include "worker/pipeline/micro_batch.h"
 
 namespace pipetrain {
-
-uint64_t MicroBatchSeed(uint64_t seed, int64_t step, int64_t micro_batch) {
-  return math::SplitMix64(math::SplitMix64(seed ^ 0xd20d20ull) +
-                          static_cast<uint64_t>(step) * 4096ull +
-                          static_cast<uint64_t>(micro_batch));
-}
-
-absl::StatusOr<Tensor> ShapeInputs(const Tensor& inputs, const Shape& sample) {
-  Shape shape = {inputs.dim(0)};
-  shape.insert(shape.end(), sample.begin(), sample.end());
-  if (NumElements(shape) != inputs.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the dataset's samples ", ShapeToString(inputs.shape()),
-        " do not fit the model's input shape ", ShapeToString(sample)));
-  }
-  return inputs.Reshaped(shape);
-}
 
 LocalTrainer::LocalTrainer(const v1::TrainingSpec& spec, Backend* backend,
                            DatasetPair data)
@@ -118,15 +102,14 @@ absl::StatusOr<StepReport> LocalTrainer::Step() {
 
 absl::StatusOr<EvalReport> LocalTrainer::Evaluate(int64_t max_samples) {
   const Dataset& eval = *data_.eval;
-  const int64_t n =
-      max_samples > 0 ? std::min(max_samples, eval.size()) : eval.size();
   LossStats stats;
   ForwardOptions options;
   options.training = false;
-  for (int64_t begin = 0; begin < n; begin += spec_.batch_size()) {
-    const int64_t end = std::min(n, begin + spec_.batch_size());
-    std::vector<int64_t> indices(end - begin);
-    std::iota(indices.begin(), indices.end(), begin);
+  const std::vector<RowRange> batches =
+      EvalBatches(eval.size(), max_samples, spec_.batch_size());
+  for (const RowRange& rows : batches) {
+    std::vector<int64_t> indices(rows.rows());
+    std::iota(indices.begin(), indices.end(), rows.begin);
     ASSIGN_OR_RETURN(Batch batch, GatherBatch(eval, indices));
     ASSIGN_OR_RETURN(Tensor x_host,
                      ShapeInputs(batch.inputs, model_->input_shape()));
@@ -139,7 +122,7 @@ absl::StatusOr<EvalReport> LocalTrainer::Evaluate(int64_t max_samples) {
   EvalReport report;
   report.loss = stats.mean_loss();
   report.accuracy = stats.accuracy();
-  report.samples = n;
+  report.samples = batches.empty() ? 0 : batches.back().end;
   return report;
 }
 

@@ -40,13 +40,6 @@ struct EvalReport {
   int64_t samples = 0;
 };
 
-// The dropout seed of one micro-batch of one step; every stage of a
-// pipeline uses the same so their masks match the reference.
-uint64_t MicroBatchSeed(uint64_t seed, int64_t step, int64_t micro_batch);
-
-// Reshapes a host batch's inputs to [B, model input shape...].
-absl::StatusOr<Tensor> ShapeInputs(const Tensor& inputs, const Shape& sample);
-
 class LocalTrainer {
  public:
   // Opens the datasets, builds the model on `backend` (borrowed; must

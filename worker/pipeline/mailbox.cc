@@ -1,6 +1,7 @@
 #include "worker/pipeline/mailbox.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace pipetrain {
 
@@ -14,6 +15,8 @@ const char* MessageKindName(MessageKind kind) {
       return "norm-partial";
     case MessageKind::kNormTotal:
       return "norm-total";
+    case MessageKind::kEvalActivation:
+      return "evaluation activation";
   }
   return "?";
 }
@@ -22,7 +25,7 @@ absl::Status Mailbox::Deliver(StageMessage message) {
   const Key key{static_cast<int>(message.kind), message.step,
                 message.micro_batch, message.chunk};
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
     auto [it, inserted] = messages_.try_emplace(key, std::move(message));
     if (!inserted) {
@@ -33,7 +36,7 @@ absl::Status Mailbox::Deliver(StageMessage message) {
                                 : ""));
     }
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return absl::OkStatus();
 }
 
@@ -41,7 +44,7 @@ absl::StatusOr<StageMessage> Mailbox::Receive(
     MessageKind kind, int64_t step, int32_t micro_batch, int32_t chunk,
     std::chrono::steady_clock::time_point deadline) {
   const Key key{static_cast<int>(kind), step, micro_batch, chunk};
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   while (true) {
     if (!failure_.ok()) return failure_;
     auto it = messages_.find(key);
@@ -50,39 +53,40 @@ absl::StatusOr<StageMessage> Mailbox::Receive(
       messages_.erase(it);
       return out;
     }
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
-        std::chrono::steady_clock::now() >= deadline) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
       return absl::UnavailableError(
           absl::StrCat("timed out waiting for the ", MessageKindName(kind),
                        " of step ", step, " micro-batch ", micro_batch,
                        chunk != 0 ? absl::StrCat(" chunk ", chunk) : ""));
     }
+    cv_.WaitWithTimeout(&mu_, absl::FromChrono(deadline - now));
   }
 }
 
 void Mailbox::Fail(const absl::Status& status) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (failure_.ok()) failure_ = status;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void Mailbox::Reset() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   messages_.clear();
   failure_ = absl::OkStatus();
 }
 
 void Mailbox::DropBefore(int64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto it = messages_.begin(); it != messages_.end();) {
     it = std::get<1>(it->first) < step ? messages_.erase(it) : std::next(it);
   }
 }
 
 size_t Mailbox::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return messages_.size();
 }
 

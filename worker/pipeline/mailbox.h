@@ -5,16 +5,15 @@
 #define PIPETRAIN_WORKER_PIPELINE_MAILBOX_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/compute/tensor.h"
 
 namespace pipetrain {
@@ -24,20 +23,31 @@ enum class MessageKind {
   kGradient = 1,     // upstream: dL/d(input) of a micro-batch
   kNormPartial = 2,  // upstream: partial sum of squared gradient norms
   kNormTotal = 3,    // downstream: the global sum of squares
+  // Downstream: a micro-batch's output in an evaluation pass (+ labels);
+  // forward only, no gradient comes back.
+  kEvalActivation = 4,
 };
 
 const char* MessageKindName(MessageKind kind);
 
+// One message between neighbouring stages. Activations and gradients carry
+// their tensor first (tensors[0], the payload, which the network edge may
+// narrow to the stage's wire dtype in transit); an activation's labels
+// follow it and always travel exactly.
 struct StageMessage {
   MessageKind kind = MessageKind::kActivation;
+  // Evaluation activations: the evaluation pass (numbered alike on every
+  // stage of a job), not a training step.
   int64_t step = 0;
   int32_t micro_batch = 0;
   // Interleaved: the receiver's model chunk the message is for (else 0).
   int32_t chunk = 0;
   int64_t weight_version = 0;
-  // Host tensors (float32, or bf16/fp16 on the wire).
+  // Host float32 tensors.
   std::vector<Tensor> tensors;
-  // kNorm* messages.
+  // kNorm* messages: the sum. Activations of the cross-step schedules: how
+  // the step ends (StepEnd). Evaluation activations: 1 on the pass's last
+  // micro-batch.
   double value = 0.0;
 };
 
@@ -51,8 +61,7 @@ class StageLink {
 };
 
 // Incoming messages, keyed by (kind, step, micro-batch, chunk), waited for
-// by the
-// stage's executor. Thread-safe.
+// by the stage's executor. Thread-safe.
 class Mailbox {
  public:
   // Stores a message for a later Receive. A duplicate key is an error
@@ -77,8 +86,8 @@ class Mailbox {
 
  private:
   using Key = std::tuple<int, int64_t, int32_t, int32_t>;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
   std::map<Key, StageMessage> messages_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
 };

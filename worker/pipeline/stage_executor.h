@@ -2,52 +2,59 @@
 //
 // Configured with a StageConfig (layers [begin, end) of a job's model, its
 // place in the pipeline, the schedule), it runs the schedule's instruction
-// stream once per step on its own thread: receiving activations and
-// gradients from its Mailbox, sending its own through StageLinks, and
-// applying the optimizer where the schedule says. Stage 0 reads the data;
-// labels travel down with the activations to the last stage, which computes
-// the loss. Schedules: GPipe, 1F1B-flush and ZB-H1 (whose backward is split
-// into B, the input gradient, and W, the weight gradient), which drain the
+// stream once per step on its own thread: the instructions themselves are
+// StageCompute's (stage_compute.h), the links and mailbox its StagePort's
+// (stage_port.h); this class is the interpreter around them: the run loop,
+// the targets, the cross-step commit protocol, evaluation points, status.
+//
+// Schedules: GPipe, 1F1B-flush and ZB-H1 (whose backward is split into B,
+// the input gradient, and W, the weight gradient), which drain the
 // pipeline every step; and the cross-step 1F1B-async and 2BW, whose steady
 // state runs on across steps: a step's stream may run backwards (and
 // updates) of the previous step's micro-batches, which stay in flight
-// between RunSteps. They warm up in the first step of a Train run and cool
-// down in its last one. And interleaved 1F1B: the stage holds v model chunks
-// (virtual stages c * K + stage, StageConfig::chunks), messages name the
-// receiver's chunk, and activations wrap from the last worker to worker 0
-// (whose upstream is then the last worker), gradients the other way.
+// between RunSteps. They warm up in the first step of a run segment and
+// cool down in its last one. And interleaved 1F1B: the stage holds v model
+// chunks (virtual stages c * K + stage, StageConfig::chunks), messages name
+// the receiver's chunk, and activations wrap from the last worker to worker
+// 0 (whose upstream is then the last worker), gradients the other way.
 // Every executed instruction is recorded in a bounded pipeline trace (see
 // StageTrace).
 //
+// Evaluation: a forward-only pass of the held-out split through the job's
+// stages (stage_evaluation.h), on request (Evaluate) or every
+// TrainingSpec.eval_every steps while training. Under the cross-step
+// schedules an evaluation point ends a run segment: stage 0 decides that
+// the step drains (StepEnd::kDrainForEvaluation, carried down with the
+// step's activations), every stage cools down at that step, evaluates, and
+// warms up again for the next one, exactly as if the run had paused and
+// resumed there (so 2BW's first two steps after it share a version).
+//
 // Thread-safety: public methods are thread-safe. The training thread owns
-// the model and backend while a step runs; Weights() waits for the step in
-// progress to end.
+// the compute state while a step or an evaluation runs (compute_mu_);
+// Weights() and Evaluate() wait for the step in progress to end.
 #ifndef PIPETRAIN_WORKER_PIPELINE_STAGE_EXECUTOR_H_
 #define PIPETRAIN_WORKER_PIPELINE_STAGE_EXECUTOR_H_
 
-#include <algorithm>
 #include <atomic>
 #include <deque>
-#include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "pipetrain/v1/stage.pb.h"
 #include "spec/schedule.h"
 #include "worker/compute/backend.h"
-#include "worker/data/dataset.h"
-#include "worker/nn/loss.h"
-#include "worker/nn/model.h"
-#include "worker/nn/optimizer.h"
+#include "worker/pipeline/incoming_check.h"
 #include "worker/pipeline/mailbox.h"
+#include "worker/pipeline/stage_compute.h"
 #include "worker/pipeline/stage_metrics.h"
+#include "worker/pipeline/stage_port.h"
+#include "worker/pipeline/stage_state.h"
 #include "worker/pipeline/stage_trace.h"
-#include "worker/pipeline/weight_stash.h"
 
 namespace pipetrain {
 
@@ -70,48 +77,58 @@ class StageExecutor {
   // executor.
   static absl::StatusOr<std::unique_ptr<StageExecutor>> Create(
       const v1::StageConfig& config, Backend* backend,
-      StageMetrics* metrics = nullptr);
+      StageMetrics* metrics = nullptr, const StageOptions& options = {});
   ~StageExecutor();
 
-  const v1::StageConfig& config() const { return config_; }
-  bool is_first() const { return config_.stage() == 0; }
-  bool is_last() const { return config_.stage() == config_.num_stages() - 1; }
+  const v1::StageConfig& config() const { return compute_->config(); }
+  bool is_first() const { return compute_->is_first(); }
+  bool is_last() const { return compute_->is_last(); }
   // Model chunks (virtual stages) on this stage: v when interleaved, else 1.
-  int num_chunks() const { return static_cast<int>(models_.size()); }
+  int num_chunks() const { return compute_->num_chunks(); }
   // Whether training needs a downstream link: every stage but the last, and
   // with interleaving the last too (its wrap-around link to worker 0).
   bool needs_downstream() const { return !is_last() || num_chunks() > 1; }
-  Mailbox* mailbox() { return &mailbox_; }
+  Mailbox* mailbox() { return port_.mailbox(); }
 
-  // Links to the neighbours. The first stage has no upstream, the last no
-  // downstream, except when interleaved: then the last stage's downstream
-  // and the first's upstream are the wrap-around link between them (a
-  // single stage links to itself). A link may be replaced at any time (a
-  // neighbour reconnects).
-  void SetDownstream(std::shared_ptr<StageLink> link);
-  void SetUpstream(std::shared_ptr<StageLink> link);
+  // Links to the neighbours (see StagePort).
+  void SetDownstream(std::shared_ptr<StageLink> link) {
+    port_.SetDownstream(std::move(link));
+  }
+  void SetUpstream(std::shared_ptr<StageLink> link) {
+    port_.SetUpstream(std::move(link));
+  }
   // Drops the upstream link if it is still `link`.
-  void ClearUpstream(const StageLink* link);
+  void ClearUpstream(const StageLink* link) { port_.ClearUpstream(link); }
 
-  // Checks a message from a neighbour before it is delivered: kind, step,
-  // micro-batch, tensor count, shapes and dtypes. InvalidArgument says what
-  // is wrong.
+  // Checks a message from a neighbour before it is delivered: kind, step
+  // (or evaluation pass), micro-batch, chunk, tensor count, shapes and
+  // dtypes (float32). InvalidArgument says what is wrong.
   absl::Status ValidateIncoming(const StageMessage& message) const;
 
   // Trains steps next_step() .. until_step - 1 on the training thread and
   // returns at once with the target in force. While a run is in progress it
   // moves the target (never below the step in progress + 1). Fails with
-  // FailedPrecondition after a failure. Cross-step schedules: stage 0 leads.
-  // It decides when a step starts whether the step ends the run (cool-down)
-  // and never lowers the target below a step it committed to continue into;
-  // the later stages follow the decision, which travels with the step's
-  // activations, whatever target they were given. So lowering stage 0's
-  // target pauses the whole pipeline at the step it reports.
+  // FailedPrecondition after a failure. Stage 0 leads: it decides when a
+  // step starts whether the step ends the run and otherwise commits to the
+  // next one, and never lowers the target below a step it committed to (a
+  // later stage may already wait for that step's activations). Under the
+  // cross-step schedules the later stages also follow the decision, which
+  // travels with the step's activations (cool-down), whatever target they
+  // were given. So lowering stage 0's target first and giving the others
+  // the target it reports pauses the whole pipeline at one step.
   absl::StatusOr<int64_t> Train(int64_t until_step);
   // Stops training (the step in progress fails with Cancelled) and waits.
   void Stop();
   // Waits until the current run ends; returns its final status.
   absl::Status Wait();
+
+  // Runs this stage's part of an evaluation pass at the current weights
+  // (the first max_samples samples of the held-out split, all when 0) and
+  // returns when it is done: every stage of the job must be called. The
+  // last stage returns the loss and accuracy (and records them in
+  // GetStatus().evaluations, with step = next_step()); the others return an
+  // empty result. FailedPrecondition while training or after a failure.
+  absl::StatusOr<v1::EvalResult> Evaluate(int64_t max_samples);
 
   v1::GetStatusResponse GetStatus(int64_t results_since) const;
   // The pipeline trace: one event per instruction run in steps >=
@@ -123,163 +140,89 @@ class StageExecutor {
   absl::StatusOr<v1::GetWeightsResponse> Weights();
   int64_t next_step() const { return next_step_.load(); }
   StageTimings timings() const;
-  int64_t num_parameters() const {
-    int64_t n = 0;
-    for (const auto& model : models_) n += model->num_parameters();
-    return n;
-  }
+  int64_t num_parameters() const;
   // Of the first chunk's input and the last chunk's output.
-  const Shape& input_shape() const { return models_.front()->input_shape(); }
-  const Shape& output_shape() const { return models_.back()->output_shape(); }
+  const Shape& input_shape() const {
+    return compute_->models().front()->input_shape();
+  }
+  const Shape& output_shape() const {
+    return compute_->models().back()->output_shape();
+  }
   // Stage 0 only (0 elsewhere).
   int64_t steps_per_epoch() const {
-    return order_ == nullptr ? 0 : order_->steps_per_epoch();
+    return compute_->input() == nullptr
+               ? 0
+               : compute_->input()->order().steps_per_epoch();
   }
 
  private:
-  struct MicroBatch;
-  struct StepState;
-  // What a stage measured over one step's stream.
-  struct StepCounters {
-    double forward_seconds = 0.0;
-    double backward_seconds = 0.0;
-    double idle_seconds = 0.0;
-    double optimizer_seconds = 0.0;
-    int64_t held_bytes = 0;  // carried across steps (cross-step schedules)
-    int64_t peak_bytes = 0;
-    void Hold(int64_t bytes) {
-      held_bytes += bytes;
-      peak_bytes = std::max(peak_bytes, held_bytes);
-    }
-  };
-
-  StageExecutor(const v1::StageConfig& config, Backend* backend,
-                StageMetrics* metrics);
-  // Adds `seconds` to a phase's compute counter.
-  void CountCompute(StageMetrics::Phase phase, double seconds) const;
-  void Loop();
-  absl::Status RunStep(int64_t step);
+  StageExecutor(const v1::StageConfig& config, StageMetrics* metrics);
+  void Loop() ABSL_LOCKS_EXCLUDED(compute_mu_, mu_);
+  // Starts a run: nothing is in flight (the last run drained or failed).
+  void StartRun() ABSL_LOCKS_EXCLUDED(compute_mu_, mu_);
+  absl::Status RunStep(int64_t step) ABSL_LOCKS_EXCLUDED(compute_mu_, mu_);
   // Runs stream[begin..] of the step `current`.
   absl::Status RunInstructions(const std::vector<Instruction>& stream,
-                               size_t begin, StepState* current);
+                               size_t begin, StepState* current)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
   // Cross-step schedules: the steady part of `current`'s stream, then the
-  // cool-down when the step turns out to be the run's last.
-  absl::Status RunCrossStep(StepState* current);
-  // Stage 0: decides (under mu_) whether `step` ends the run; a step that
-  // does not commits the target to at least step + 2.
-  bool CommitStep(int64_t step);
+  // cool-down when the step turns out to end a run segment.
+  absl::Status RunCrossStep(StepState* current)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
+  // Stage 0, every schedule: decides (under mu_) how `step` ends; a step
+  // that does not end the run commits the target to at least step + 2.
+  StepEnd CommitStep(int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
   // Later stages: adopt stage 0's decision for `step` as the target.
-  void FollowUpstream(int64_t step, bool last);
+  void FollowUpstream(int64_t step, StepEnd end) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether an evaluation pass follows step `step` (TrainingSpec.eval_every).
+  bool EvaluatesAfter(int64_t step) const;
   // The step state an instruction's micro-batch belongs to.
   absl::StatusOr<StepState*> Owner(const Instruction& instruction,
-                                   StepState* current);
-  absl::Status Execute(const Instruction& instruction, StepState* state);
-  absl::Status LoadInput(int mb, StepState* state);
-  // Stage 0: the mini-batch of `step`, read ahead on a helper thread while
-  // the previous step computes.
-  absl::StatusOr<Batch> TakeBatch(int64_t step);
-  // The instructions on micro-batch mb of model chunk `chunk`.
-  absl::Status ReceiveActivation(int mb, int chunk, StepState* state);
-  absl::Status Forward(int mb, int chunk, StepState* state);
-  absl::Status SendActivation(int mb, int chunk, StepState* state);
-  absl::Status Loss(int mb, int chunk, StepState* state);
-  absl::Status ReceiveGradient(int mb, int chunk, StepState* state);
-  absl::Status Backward(int mb, int chunk, StepState* state);
-  // Zero-bubble halves of Backward: B keeps in the micro-batch's contexts
-  // only what W needs; W frees them.
-  absl::Status BackwardInput(int mb, int chunk, StepState* state);
-  absl::Status BackwardWeight(int mb, int chunk, StepState* state);
-  // Re-materialization (when configured): recomputes micro-batch mb's
-  // forward contexts from the stage input it kept.
-  absl::Status Recompute(int mb, int chunk, const ForwardOptions& options,
-                         StepState* state);
-  // Micro-batch mb's forward options (dropout seed) in the current step.
-  ForwardOptions MicroBatchOptions(int64_t step, int mb) const;
-  absl::Status SendGradient(int mb, int chunk, StepState* state);
-  absl::Status OptimizerStep(StepState* state);
-  absl::StatusOr<double> GlobalSumSquares(double local, int64_t step);
-  absl::StatusOr<StageMessage> Receive(MessageKind kind, int64_t step, int mb,
-                                       int chunk);
-  // The state of micro-batch mb in model chunk `chunk`.
-  MicroBatch& Micro(StepState* state, int mb, int chunk);
-  // Virtual stage 0 (loads the data) and the last one (computes the loss).
-  bool IsFirstVirtual(int chunk) const { return is_first() && chunk == 0; }
-  bool IsLastVirtual(int chunk) const {
-    return is_last() && chunk == num_chunks() - 1;
-  }
-  // Creation: config.initial_weights, chunk after chunk.
-  absl::Status LoadInitialWeights(const std::vector<Tensor>& weights);
-  absl::Status SendTo(const std::shared_ptr<StageLink>& link,
-                      StageMessage message);
-  std::shared_ptr<StageLink> downstream() const;
-  std::shared_ptr<StageLink> upstream() const;
-  // Wire form of a device tensor: host, in the configured wire dtype.
-  absl::StatusOr<Tensor> ToWire(const Tensor& device_tensor);
-  absl::StatusOr<Tensor> FromWire(const Tensor& wire);
+                                   StepState* current)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
+  // Publishes a finished step's result, timings and metrics.
+  void FinishStep(const StepState& state, double seconds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
+  // Runs one evaluation pass (compute_mu_ held) and records its result.
+  absl::StatusOr<v1::EvalResult> RunEvaluation(int64_t max_samples)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
 
   // Constant after construction.
-  const v1::StageConfig config_;
-  Backend* const backend_;       // borrowed
   StageMetrics* const metrics_;  // borrowed, may be null
-  int64_t rows_per_micro_batch_ = 0;
-  Shape label_shape_;  // per sample, from the whole model's output
-  ScheduleParams params_;
-  std::vector<Instruction> schedule_;  // synchronous schedules
-  bool cross_step_ = false;            // 1F1B-async, 2BW
-  bool two_bw_ = false;
-  // 1F1B-async: each micro-batch is its own update (loss scale 1 / rows).
-  bool per_micro_batch_update_ = false;
-  int lookback_ = 0;  // steps back a stream reaches (StepLookback)
-  DatasetPair data_;  // stage 0 only
-  std::unique_ptr<SampleOrder> order_;  // stage 0 only
-  // Owned by the training thread.
-  std::future<absl::StatusOr<Batch>> prefetch_;
-  int64_t prefetch_step_ = -1;
-
-  // Owned by the training thread while a step runs (compute_mu_ held).
-  std::mutex compute_mu_;
-  // One model per chunk, in chunk order; all_params_ is their parameters
-  // in the same order (what the optimizer steps).
-  std::vector<std::unique_ptr<Model>> models_;
-  std::vector<Param*> all_params_;
-  std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<SoftmaxCrossEntropyLoss> loss_;
-  // Cross-step schedules only.
-  std::unique_ptr<WeightStash> stash_;
-  // Steps with micro-batches in flight: the running one and (cross-step)
-  // earlier ones whose backwards have not all run.
-  std::map<int64_t, std::unique_ptr<StepState>> in_flight_;
-  StepCounters counters_;
-  int64_t steps_in_run_ = 0;    // cross-step: steps since the last warm-up
-  int64_t two_bw_version_ = 0;  // 2BW: the version the last step used
-
-  Mailbox mailbox_;
-  std::atomic<int64_t> next_step_{0};
-  std::atomic<int64_t> until_step_{0};
-  std::atomic<int64_t> weight_version_{0};
-  std::atomic<bool> stop_{false};
+  StagePort port_;               // thread-safe
+  std::unique_ptr<StageCompute> compute_;
+  std::unique_ptr<const IncomingCheck> incoming_;
   StageTrace trace_;  // thread-safe
 
-  mutable std::mutex mu_;
-  std::shared_ptr<StageLink> downstream_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<StageLink> upstream_ ABSL_GUARDED_BY(mu_);
+  // Owned by the thread holding compute_mu_ (the training thread while a
+  // run lasts): compute_ and the following.
+  absl::Mutex compute_mu_;
+  // Steps with micro-batches in flight: the running one and (cross-step)
+  // earlier ones whose backwards have not all run.
+  std::map<int64_t, std::unique_ptr<StepState>> in_flight_
+      ABSL_GUARDED_BY(compute_mu_);
+  // Cross-step: steps since the last warm-up.
+  int64_t steps_in_run_ ABSL_GUARDED_BY(compute_mu_) = 0;
+  // 2BW: the version the last step used.
+  int64_t two_bw_version_ ABSL_GUARDED_BY(compute_mu_) = 0;
+
+  std::atomic<int64_t> next_step_{0};
+  std::atomic<int64_t> until_step_{0};
+  // Evaluation passes this stage has started (numbers the next one's
+  // messages; equal on every stage of a job between passes).
+  std::atomic<int64_t> evaluation_passes_{0};
+  std::atomic<bool> stop_{false};
+
+  mutable absl::Mutex mu_;
   v1::StageState state_ ABSL_GUARDED_BY(mu_) = v1::STAGE_STATE_CONFIGURED;
-  // Cross-step: the lowest target the run can still honour.
+  // Stage 0: the lowest target the run can still honour.
   int64_t committed_until_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::EvalResult> evaluations_ ABSL_GUARDED_BY(mu_);
   StageTimings timings_ ABSL_GUARDED_BY(mu_);
   std::thread thread_ ABSL_GUARDED_BY(mu_);
 };
-
-// Layers [begin, end) of a model: one chunk of a stage.
-struct LayerSpan {
-  int begin = 0;
-  int end = 0;
-};
-
-// Sum of the bytes of every tensor a forward context keeps alive.
-int64_t ContextBytes(const std::vector<LayerContext>& contexts);
 
 }  // namespace pipetrain
 

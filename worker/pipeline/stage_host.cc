@@ -146,10 +146,10 @@ absl::StatusOr<v1::EvaluateStageResponse> StageHost::Evaluate(
   }
   ASSIGN_OR_RETURN(std::shared_ptr<StageExecutor> executor, Executor(job_id));
   RETURN_IF_ERROR(EnsureDownstream(executor));
-  // MERGE: call StageExecutor::Evaluate(max_samples) here and wrap its
-  // result in the response (the result is set by the last stage only).
-  return absl::UnimplementedError(
-      "stage evaluation is not built into this worker yet");
+  v1::EvaluateStageResponse response;
+  // Only the last stage computes a result; the others return an empty one.
+  ASSIGN_OR_RETURN(*response.mutable_result(), executor->Evaluate(max_samples));
+  return response;
 }
 
 absl::StatusOr<v1::ProfileResponse> StageHost::Profile(

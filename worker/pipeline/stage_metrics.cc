@@ -68,7 +68,10 @@ absl::StatusOr<std::unique_ptr<StageMetrics>> StageMetrics::Create(
 
 void StageMetrics::CountMessage(Direction direction, MessageKind kind,
                                 int64_t bytes) const {
-  const int k = kind == MessageKind::kActivation ? 0 : 1;
+  // Evaluation activations flow down the same edge as activations.
+  const bool down =
+      kind == MessageKind::kActivation || kind == MessageKind::kEvalActivation;
+  const int k = down ? 0 : 1;
   bytes_[direction][k]->Increment(static_cast<double>(bytes));
   messages_[direction][k]->Increment();
 }

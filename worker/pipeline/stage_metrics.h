@@ -47,8 +47,9 @@ class StageMetrics {
 
   Counter* compute_seconds(Phase phase) const { return compute_[phase]; }
   Counter* idle_seconds() const { return idle_; }
-  // Only activation and gradient traffic is counted per kind; norm
-  // messages count as gradients (they travel with them).
+  // Only activation and gradient traffic is counted per kind: evaluation
+  // activations count as activations, norm messages as gradients (they
+  // travel with them).
   void CountMessage(Direction direction, MessageKind kind, int64_t bytes) const;
   Gauge* in_flight() const { return in_flight_; }
   Gauge* weight_version() const { return weight_version_; }

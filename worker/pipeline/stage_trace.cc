@@ -12,7 +12,7 @@ StageTrace::StageTrace(int stage, int64_t max_steps, size_t max_events)
       max_events_(std::max<size_t>(1, max_events)) {}
 
 void StageTrace::Record(const TraceRecord& record) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   records_.push_back(record);
   while (records_.size() > max_events_ ||
          records_.front().step <= record.step - max_steps_) {
@@ -25,7 +25,7 @@ v1::GetTraceResponse StageTrace::Since(int64_t since_step) const {
   // it, so a large answer does not hold up the training thread.
   std::vector<TraceRecord> records;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     // Steps ascend: skip the older ones with a binary search.
     auto first = std::partition_point(
         records_.begin(), records_.end(),
@@ -44,6 +44,7 @@ v1::GetTraceResponse StageTrace::Since(int64_t since_step) const {
     e->set_micro_batch(r.instruction.micro_batch);
     e->set_chunk(r.instruction.chunk);
     e->set_weight_version(r.weight_version);
+    e->set_weight_checksum(r.weight_checksum);
     e->set_start_unix_us(r.start_unix_us);
     e->set_end_unix_us(r.end_unix_us);
   }

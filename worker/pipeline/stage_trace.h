@@ -13,9 +13,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "pipetrain/v1/stage.pb.h"
 #include "spec/schedule.h"
 
@@ -28,8 +28,11 @@ struct TraceRecord {
   int64_t step = 0;
   Instruction instruction{OpKind::kForward};
   // The weight version in force while it ran (for an optimizer step, the
-  // version it updated).
+  // version it updated; for a forward or backward, the version it used).
   int64_t weight_version = 0;
+  // Forward and backward: a checksum of the weights it ran with, taken
+  // where it ran (0 unless the stage checksums weights).
+  uint64_t weight_checksum = 0;
   // Wall-clock microseconds since the Unix epoch.
   int64_t start_unix_us = 0;
   int64_t end_unix_us = 0;
@@ -59,7 +62,7 @@ class StageTrace {
   const int64_t max_steps_;
   const size_t max_events_;
 
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::deque<TraceRecord> records_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,0 +1,400 @@
+#include "worker/pipeline/stage_compute.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/pipeline/gradient_norm.h"
+#include "worker/pipeline/micro_batch.h"
+
+namespace pipetrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+StageCompute::StageCompute(const v1::StageConfig& config, StageSetup setup,
+                           Backend* backend, StageMetrics* metrics,
+                           StagePort* port, const StageOptions& options)
+    : config_(config),
+      setup_(std::move(setup)),
+      backend_(backend),
+      metrics_(metrics),
+      port_(port),
+      options_(options) {}
+
+absl::StatusOr<std::unique_ptr<StageCompute>> StageCompute::Create(
+    const v1::StageConfig& config, StageSetup setup, Backend* backend,
+    StageMetrics* metrics, StagePort* port, const StageOptions& options) {
+  std::unique_ptr<StageCompute> compute(new StageCompute(
+      config, std::move(setup), backend, metrics, port, options));
+  RETURN_IF_ERROR(compute->Build());
+  return compute;
+}
+
+absl::Status StageCompute::Build() {
+  const v1::TrainingSpec& spec = config_.spec();
+  for (const LayerSpan& span : setup_.spans) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                     Model::Build(spec.model(), span.begin, span.end, backend_,
+                                  spec.seed()));
+    all_params_.insert(all_params_.end(), model->params().begin(),
+                       model->params().end());
+    models_.push_back(std::move(model));
+  }
+  if (!setup_.initial_weights.empty()) RETURN_IF_ERROR(LoadInitialWeights());
+  ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(spec.optimizer(), backend_));
+  if (setup_.cross_step) {
+    stash_ = std::make_unique<WeightStash>(backend_, all_params_);
+  }
+  if (is_last()) loss_ = std::make_unique<SoftmaxCrossEntropyLoss>(backend_);
+  if (is_first()) {
+    ASSIGN_OR_RETURN(input_,
+                     StageInput::Open(spec, models_.front()->input_shape()));
+  }
+  // Versions count optimizer steps: M per step under the async schedule.
+  weight_version_ = setup_.per_micro_batch_update
+                        ? config_.start_step() * setup_.params.micro_batches
+                        : config_.start_step();
+  return absl::OkStatus();
+}
+
+absl::Status StageCompute::LoadInitialWeights() {
+  const std::vector<Tensor>& weights = setup_.initial_weights;
+  if (models_.size() == 1) return models_.front()->LoadParams(weights);
+  if (weights.size() != all_params_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.initial_weights: expected ", all_params_.size(),
+                     " tensors, got ", weights.size()));
+  }
+  auto next = weights.begin();
+  for (const std::unique_ptr<Model>& model : models_) {
+    const auto end = next + static_cast<ptrdiff_t>(model->params().size());
+    RETURN_IF_ERROR(model->LoadParams(std::vector<Tensor>(next, end)));
+    next = end;
+  }
+  return absl::OkStatus();
+}
+
+void StageCompute::StartStep() {
+  counters_ = StepCounters{
+      0.0, 0.0, 0.0, 0.0, counters_.held_bytes, counters_.held_bytes};
+  if (stash_ != nullptr) stash_->ResetPeak();
+}
+
+MicroBatch& StageCompute::Micro(StepState* state, int mb, int chunk) const {
+  return state
+      ->micro[static_cast<size_t>(chunk) * setup_.params.micro_batches + mb];
+}
+
+void StageCompute::CountCompute(StageMetrics::Phase phase,
+                                double seconds) const {
+  if (metrics_ != nullptr) metrics_->compute_seconds(phase)->Increment(seconds);
+}
+
+ForwardOptions StageCompute::MicroBatchOptions(int64_t step, int mb) const {
+  ForwardOptions options;
+  options.dropout_seed = MicroBatchSeed(config_.spec().seed(), step, mb);
+  return options;
+}
+
+absl::StatusOr<Tensor> StageCompute::HostCopy(const Tensor& tensor) const {
+  if (tensor.device() == Device::kCpu) return tensor;
+  return ToHost(backend_, tensor);
+}
+
+absl::StatusOr<Tensor> StageCompute::OnBackend(const Tensor& host) const {
+  // Host memory is the CPU backend's memory.
+  if (backend_->device() == Device::kCpu) return host;
+  return ToDevice(backend_, host);
+}
+
+absl::Status StageCompute::RecordUse(int chunk, int64_t version,
+                                     WeightUse* use) const {
+  use->recorded = true;
+  use->version = version;
+  if (options_.checksum_weights) {
+    ASSIGN_OR_RETURN(use->checksum,
+                     ParamsChecksum(backend_, models_[chunk]->params()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageCompute::Execute(const Instruction& in, StepState* state,
+                                   WeightUse* use) {
+  const int mb = in.micro_batch;
+  switch (in.op) {
+    case OpKind::kLoadInput:
+      return LoadInput(mb, state);
+    case OpKind::kRecvActivation:
+      return ReceiveActivation(mb, in.chunk, state);
+    case OpKind::kForward:
+      return Forward(mb, in.chunk, state, use);
+    case OpKind::kSendActivation:
+      return SendActivation(mb, in.chunk, state);
+    case OpKind::kLoss:
+      return Loss(mb, in.chunk, state);
+    case OpKind::kRecvGradient:
+      return ReceiveGradient(mb, in.chunk, state);
+    case OpKind::kBackward:
+      return Backward(mb, in.chunk, state, use);
+    case OpKind::kBackwardInput:
+      return BackwardInput(mb, in.chunk, state, use);
+    case OpKind::kBackwardWeight:
+      return BackwardWeight(mb, in.chunk, state);
+    case OpKind::kSendGradient:
+      return SendGradient(mb, in.chunk, state);
+    case OpKind::kOptimizerStep:
+      return OptimizerStep(state);
+  }
+  return absl::UnimplementedError(
+      absl::StrCat(OpKindName(in.op), " is not supported by this executor"));
+}
+
+absl::Status StageCompute::LoadInput(int mb, StepState* state) {
+  if (state->inputs.empty()) {
+    ASSIGN_OR_RETURN(Batch batch,
+                     input_->TrainBatch(state->step, state->read_ahead));
+    state->inputs = batch.inputs;
+    state->labels = batch.labels;
+  }
+  const int64_t rows = setup_.rows_per_micro_batch;
+  const int64_t begin = mb * rows;
+  MicroBatch& micro = Micro(state, mb, 0);
+  ASSIGN_OR_RETURN(Tensor x, state->inputs.SliceRows(begin, begin + rows));
+  ASSIGN_OR_RETURN(micro.input, OnBackend(x));
+  ASSIGN_OR_RETURN(micro.labels, state->labels.SliceRows(begin, begin + rows));
+  counters_.Hold(micro.input.bytes());
+  return absl::OkStatus();
+}
+
+absl::Status StageCompute::ReceiveActivation(int mb, int chunk,
+                                             StepState* state) {
+  ASSIGN_OR_RETURN(StageMessage msg,
+                   port_->Receive(MessageKind::kActivation, state->step, mb,
+                                  chunk, &counters_.idle_seconds));
+  MicroBatch& micro = Micro(state, mb, chunk);
+  ASSIGN_OR_RETURN(micro.input, OnBackend(msg.tensors.at(0)));
+  micro.labels = msg.tensors.at(1);
+  if (setup_.cross_step && msg.value != 0.0) {
+    state->end = static_cast<StepEnd>(static_cast<int>(msg.value));
+  }
+  micro.version = weight_version_.load();
+  if (config_.vertical_sync()) {
+    // Stage 0's version for this micro-batch; later ones get it or newer.
+    micro.version = msg.weight_version;
+    stash_->SetFloor(msg.weight_version);
+  }
+  counters_.Hold(micro.input.bytes());
+  return absl::OkStatus();
+}
+
+absl::Status StageCompute::Forward(int mb, int chunk, StepState* state,
+                                   WeightUse* use) {
+  const auto start = Clock::now();
+  MicroBatch& micro = Micro(state, mb, chunk);
+  const ForwardOptions options = MicroBatchOptions(state->step, mb);
+  const bool keep = !config_.spec().rematerialize();
+  if (setup_.two_bw) {
+    micro.version = state->version;  // double buffering: the step's version
+  } else if (is_first() || !config_.vertical_sync()) {
+    micro.version = weight_version_.load();
+  }
+  StashedWeights weights(stash_.get());
+  if (stash_ != nullptr) {
+    stash_->Pin(micro.version);
+    RETURN_IF_ERROR(weights.Use(micro.version, weight_version_.load()));
+  }
+  RETURN_IF_ERROR(RecordUse(chunk, micro.version, use));
+  ASSIGN_OR_RETURN(micro.output,
+                   models_[chunk]->Forward(micro.input, options,
+                                           keep ? &micro.contexts : nullptr));
+  counters_.Hold(ContextBytes(micro.contexts) + micro.output.bytes());
+  const double seconds = SecondsSince(start);
+  counters_.forward_seconds += seconds;
+  CountCompute(StageMetrics::kForward, seconds);
+  if (metrics_ != nullptr) metrics_->in_flight()->Increment();
+  return absl::OkStatus();
+}
+
+absl::Status StageCompute::SendActivation(int mb, int chunk, StepState* state) {
+  MicroBatch& micro = Micro(state, mb, chunk);
+  StageMessage msg;
+  msg.kind = MessageKind::kActivation;
+  msg.step = state->step;
+  msg.micro_batch = mb;
+  msg.chunk = DownstreamChunk(chunk);
+  msg.weight_version = micro.version;  // what vertical sync propagates
+  msg.value = static_cast<double>(static_cast<int>(state->end));
+  ASSIGN_OR_RETURN(Tensor output, HostCopy(micro.output));
+  msg.tensors = {output, micro.labels};
+  counters_.held_bytes -= micro.output.bytes();
+  micro.output = Tensor();
+  return port_->SendDownstream(std::move(msg));
+}
+
+absl::Status StageCompute::Loss(int mb, int chunk, StepState* state) {
+  const auto start = Clock::now();
+  MicroBatch& micro = Micro(state, mb, chunk);
+  ASSIGN_OR_RETURN(Tensor labels, ToDevice(backend_, micro.labels));
+  LayerContext ctx;
+  ASSIGN_OR_RETURN(LossStats stats, loss_->Forward(micro.output, labels, &ctx));
+  state->loss.Add(stats);
+  // The loss is the mean over every label of the mini-batch (of the
+  // micro-batch when every micro-batch is its own update).
+  const int64_t rows = setup_.per_micro_batch_update
+                           ? labels.numel()
+                           : labels.numel() * setup_.params.micro_batches;
+  const float scale = 1.0f / static_cast<float>(rows);
+  ASSIGN_OR_RETURN(micro.grad_output, loss_->Backward(scale, &ctx));
+  counters_.held_bytes -= micro.output.bytes();
+  micro.output = Tensor();
+  CountCompute(StageMetrics::kLoss, SecondsSince(start));
+  return absl::OkStatus();
+}
+
+absl::Status StageCompute::ReceiveGradient(int mb, int chunk,
+                                           StepState* state) {
+  ASSIGN_OR_RETURN(StageMessage msg,
+                   port_->Receive(MessageKind::kGradient, state->step, mb,
+                                  chunk, &counters_.idle_seconds));
+  ASSIGN_OR_RETURN(Micro(state, mb, chunk).grad_output,
+                   OnBackend(msg.tensors.at(0)));
+  return absl::OkStatus();
+}
+
+absl::Status StageCompute::Recompute(int mb, int chunk,
+                                     const ForwardOptions& options,
+                                     StepState* state) {
+  if (!config_.spec().rematerialize()) return absl::OkStatus();
+  // Re-materialization: recompute this micro-batch's forward from the
+  // stage input it kept, just before its backward.
+  const auto start = Clock::now();
+  MicroBatch& micro = Micro(state, mb, chunk);
+  RETURN_IF_ERROR(
+      models_[chunk]->Forward(micro.input, options, &micro.contexts).status());
+  counters_.Hold(ContextBytes(micro.contexts));
+  const double seconds = SecondsSince(start);
+  counters_.forward_seconds += seconds;
+  CountCompute(StageMetrics::kRecompute, seconds);
+  return absl::OkStatus();
+}
+
+absl::Status StageCompute::Backward(int mb, int chunk, StepState* state,
+                                    WeightUse* use) {
+  MicroBatch& micro = Micro(state, mb, chunk);
+  const ForwardOptions options = MicroBatchOptions(state->step, mb);
+  // Weight stashing: recompute and backward with the forward's weights.
+  StashedWeights weights(stash_.get());
+  if (stash_ != nullptr) {
+    RETURN_IF_ERROR(weights.Use(micro.version, weight_version_.load()));
+  }
+  RETURN_IF_ERROR(RecordUse(chunk, micro.version, use));
+  RETURN_IF_ERROR(Recompute(mb, chunk, options, state));
+  const auto start = Clock::now();
+  ASSIGN_OR_RETURN(
+      micro.grad_input,
+      models_[chunk]->Backward(micro.grad_output, options, &micro.contexts,
+                               !IsFirstVirtual(chunk)));
+  counters_.held_bytes -= ContextBytes(micro.contexts) + micro.input.bytes();
+  micro.contexts.clear();
+  micro.input = Tensor();
+  micro.grad_output = Tensor();
+  const double seconds = SecondsSince(start);
+  counters_.backward_seconds += seconds;
+  CountCompute(StageMetrics::kBackward, seconds);
+  if (metrics_ != nullptr) metrics_->in_flight()->Decrement();
+  --state->pending;
+  if (stash_ != nullptr) {
+    weights.Restore();
+    stash_->Unpin(micro.version);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageCompute::BackwardInput(int mb, int chunk, StepState* state,
+                                         WeightUse* use) {
+  MicroBatch& micro = Micro(state, mb, chunk);
+  const ForwardOptions options = MicroBatchOptions(state->step, mb);
+  RETURN_IF_ERROR(RecordUse(chunk, micro.version, use));
+  RETURN_IF_ERROR(Recompute(mb, chunk, options, state));
+  const auto start = Clock::now();
+  const int64_t forward_bytes = ContextBytes(micro.contexts);
+  ASSIGN_OR_RETURN(
+      micro.grad_input,
+      models_[chunk]->BackwardInput(micro.grad_output, options, &micro.contexts,
+                                    !IsFirstVirtual(chunk)));
+  // B drops the activations W does not need and keeps (e.g.) each linear
+  // layer's input and output gradient until W.
+  counters_.held_bytes -= forward_bytes + micro.input.bytes();
+  counters_.Hold(ContextBytes(micro.contexts));
+  micro.input = Tensor();
+  micro.grad_output = Tensor();
+  const double seconds = SecondsSince(start);
+  counters_.backward_seconds += seconds;
+  CountCompute(StageMetrics::kBackward, seconds);
+  return absl::OkStatus();
+}
+
+absl::Status StageCompute::BackwardWeight(int mb, int chunk, StepState* state) {
+  MicroBatch& micro = Micro(state, mb, chunk);
+  const auto start = Clock::now();
+  const int64_t held = ContextBytes(micro.contexts);
+  RETURN_IF_ERROR(models_[chunk]->BackwardWeight(
+      MicroBatchOptions(state->step, mb), &micro.contexts));
+  counters_.held_bytes -= held;
+  micro.contexts.clear();
+  const double seconds = SecondsSince(start);
+  counters_.backward_seconds += seconds;
+  CountCompute(StageMetrics::kBackward, seconds);
+  if (metrics_ != nullptr) metrics_->in_flight()->Decrement();
+  --state->pending;
+  return absl::OkStatus();
+}
+
+absl::Status StageCompute::SendGradient(int mb, int chunk, StepState* state) {
+  MicroBatch& micro = Micro(state, mb, chunk);
+  StageMessage msg;
+  msg.kind = MessageKind::kGradient;
+  msg.step = state->step;
+  msg.micro_batch = mb;
+  msg.chunk = UpstreamChunk(chunk);
+  msg.weight_version = weight_version_.load();
+  ASSIGN_OR_RETURN(Tensor grad, HostCopy(micro.grad_input));
+  msg.tensors = {grad};
+  micro.grad_input = Tensor();
+  return port_->SendUpstream(std::move(msg));
+}
+
+absl::Status StageCompute::OptimizerStep(StepState* state) {
+  const auto start = Clock::now();
+  float scale = 1.0f;
+  const float clip = optimizer_->clip_grad_norm();
+  if (clip > 0) {
+    ASSIGN_OR_RETURN(double local, GradSumSquares(backend_, all_params_));
+    ASSIGN_OR_RETURN(
+        double total,
+        AllReduceSumSquares(local, state->step, is_first(), is_last(), port_,
+                            &counters_.idle_seconds));
+    scale = ClipScale(total, clip);
+  }
+  if (stash_ != nullptr) {
+    // 2BW: the version being replaced is the one the next step uses.
+    if (setup_.two_bw) stash_->SetFloor(weight_version_.load());
+    RETURN_IF_ERROR(stash_->BeforeUpdate(weight_version_.load()));
+  }
+  RETURN_IF_ERROR(optimizer_->Step(all_params_, scale));
+  ++weight_version_;
+  const double seconds = SecondsSince(start);
+  counters_.optimizer_seconds += seconds;
+  CountCompute(StageMetrics::kOptimizer, seconds);
+  return absl::OkStatus();
+}
+
+}  // namespace pipetrain
