@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -30,7 +29,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -40,6 +38,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "services/http/loopback_http_client.h"
@@ -76,7 +75,7 @@ double LoadSeconds() {
 
 // Thread-safe. What the interrupt thread cleans up before it exits.
 struct Leftovers {
-  std::mutex mu;
+  absl::Mutex mu;
   std::vector<pid_t> pids ABSL_GUARDED_BY(mu);
   std::vector<std::string> dirs ABSL_GUARDED_BY(mu);
 };
@@ -88,7 +87,7 @@ Leftovers& TheLeftovers() {
 
 void RememberDir(const std::string& dir) {
   Leftovers& l = TheLeftovers();
-  std::lock_guard<std::mutex> lock(l.mu);
+  absl::MutexLock lock(&l.mu);
   l.dirs.push_back(dir);
 }
 
@@ -97,7 +96,7 @@ void RememberChild(const testing::ChildProcess& child) {
   const std::string& log = child.log_path();
   RememberDir(log.substr(0, log.rfind('/')));
   Leftovers& l = TheLeftovers();
-  std::lock_guard<std::mutex> lock(l.mu);
+  absl::MutexLock lock(&l.mu);
   l.pids.push_back(child.pid());
 }
 
@@ -109,7 +108,7 @@ void ReapOnInterrupt() {
   std::thread([] {
     const int signal = WaitForShutdownSignal();
     Leftovers& l = TheLeftovers();
-    std::lock_guard<std::mutex> lock(l.mu);
+    absl::MutexLock lock(&l.mu);
     for (pid_t pid : l.pids) kill(pid, SIGKILL);
     for (pid_t pid : l.pids) waitpid(pid, nullptr, 0);
     for (const std::string& dir : l.dirs) {
@@ -284,18 +283,18 @@ class Latch {
  public:
   explicit Latch(int n) : n_(n) {}
   void CountDown() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--n_ == 0) cv_.notify_all();
+    absl::MutexLock lock(&mu_);
+    --n_;
   }
   void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return n_ == 0; });
+    absl::MutexLock lock(&mu_);
+    auto zero = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return n_ == 0; };
+    mu_.Await(absl::Condition(&zero));
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int n_;
+  absl::Mutex mu_;
+  int n_ ABSL_GUARDED_BY(mu_);
 };
 
 // A closed-loop client on the callback API: one call in flight, the next

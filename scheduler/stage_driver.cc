@@ -1,5 +1,6 @@
 #include "scheduler/stage_driver.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -82,13 +83,26 @@ absl::StatusOr<int64_t> PauseStages(StageControl* control,
                                     const std::vector<std::string>& addresses,
                                     const std::string& job_id) {
   if (addresses.empty()) return absl::InvalidArgumentError("no stages");
-  absl::StatusOr<int64_t> target = control->Train(addresses[0], job_id, 0);
-  if (!target.ok()) return AtStage(target.status(), 0, addresses[0]);
-  for (size_t s = 1; s < addresses.size(); ++s) {
-    absl::StatusOr<int64_t> r = control->Train(addresses[s], job_id, *target);
-    if (!r.ok()) return AtStage(r.status(), s, addresses[s]);
+  // Stage 0 names the first step it can stop at. A later stage may already
+  // be inside that step (waiting for its activations) and answer one step
+  // later; then every stage, stage 0 first, is given the later target, so
+  // that all of them stop at the same step. Targets only grow, so this
+  // settles within a few rounds.
+  int64_t want = 0;
+  for (int round = 0; round < 4; ++round) {
+    absl::StatusOr<int64_t> target = control->Train(addresses[0], job_id, want);
+    if (!target.ok()) return AtStage(target.status(), 0, addresses[0]);
+    int64_t agreed = *target;
+    for (size_t s = 1; s < addresses.size(); ++s) {
+      absl::StatusOr<int64_t> r = control->Train(addresses[s], job_id, agreed);
+      if (!r.ok()) return AtStage(r.status(), s, addresses[s]);
+      agreed = std::max(agreed, *r);
+    }
+    if (agreed == *target) return agreed;
+    want = agreed;
   }
-  return *target;
+  return absl::AbortedError(
+      "the stages did not agree on a step to pause at; try again");
 }
 
 absl::Status ResumeStages(StageControl* control,

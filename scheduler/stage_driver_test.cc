@@ -1,6 +1,8 @@
 #include "scheduler/stage_driver.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -99,6 +101,52 @@ TEST(PauseAndResumeTest, StageZeroLeadsThePauseAndResumeGoesLastFirst) {
               ElementsAre("s2", "s1", "s0"));
   control.Advance(10);
   EXPECT_EQ(control.StageAt("s1").next_step, 10);
+}
+
+// Stages as the executor has them mid-pause: stage 0 has finished step 4
+// and stops at 5 when asked for less, while stage 1 is already inside step 5
+// (waiting for its activations) and cannot stop before 6. Any target it is
+// given that is at least what it can do is taken.
+class SkewedStages : public StageControl {
+ public:
+  absl::StatusOr<v1::ProfileResponse> Profile(
+      const std::string&, const v1::ProfileRequest&) override {
+    return absl::UnimplementedError("");
+  }
+  absl::StatusOr<v1::ConfigureResponse> Configure(
+      const std::string&, const v1::StageConfig&) override {
+    return absl::UnimplementedError("");
+  }
+  absl::StatusOr<int64_t> Train(const std::string& address, const std::string&,
+                                int64_t until_step) override {
+    const int64_t least = address == "s1" ? 6 : 5;
+    targets[address] = std::max(until_step, least);
+    return targets[address];
+  }
+  absl::Status Stop(const std::string&, const std::string&) override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<v1::EvalResult> Evaluate(const std::string&,
+                                          const std::string&,
+                                          int64_t) override {
+    return absl::UnimplementedError("");
+  }
+  absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string&,
+                                                const std::string&,
+                                                int64_t) override {
+    return absl::UnimplementedError("");
+  }
+  std::map<std::string, int64_t> targets;
+};
+
+TEST(PauseAndResumeTest, EveryStageStopsAtTheSameStepWhenOneIsAhead) {
+  SkewedStages control;
+  auto target = PauseStages(&control, {"s0", "s1", "s2"}, "job-1");
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(*target, 6);
+  EXPECT_EQ(control.targets["s0"], 6);
+  EXPECT_EQ(control.targets["s1"], 6);
+  EXPECT_EQ(control.targets["s2"], 6);
 }
 
 TEST(StopStagesTest, StopsEveryStageEvenWhenOneIsGone) {

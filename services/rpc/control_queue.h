@@ -5,13 +5,12 @@
 #ifndef PIPETRAIN_SERVICES_RPC_CONTROL_QUEUE_H_
 #define PIPETRAIN_SERVICES_RPC_CONTROL_QUEUE_H_
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace pipetrain {
 
@@ -26,8 +25,7 @@ class ControlQueue {
 
  private:
   void Loop();
-  std::mutex mu_;
-  std::condition_variable cv_;
+  absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -17,7 +17,7 @@ std::shared_ptr<Storage> HostBufferPool::Get(size_t bytes) {
   const size_t size = std::max<size_t>(bytes, 64);
   void* data = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     // Exact sizes only: messages repeat their sizes, and a larger buffer
     // would be wasted memory for as long as the tensor lives.
     auto it = free_.find(size);
@@ -37,7 +37,7 @@ std::shared_ptr<Storage> HostBufferPool::Get(size_t bytes) {
 
 void HostBufferPool::Put(void* data, size_t bytes) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (cached_ + bytes <= max_cached_bytes_) {
       free_.emplace(bytes, data);
       cached_ += bytes;
@@ -48,7 +48,7 @@ void HostBufferPool::Put(void* data, size_t bytes) {
 }
 
 size_t HostBufferPool::cached_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return cached_;
 }
 

@@ -11,9 +11,9 @@
 #include <cstddef>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/compute/tensor.h"
 
 namespace pipetrain {
@@ -35,7 +35,7 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
   void Put(void* data, size_t bytes);
 
   const size_t max_cached_bytes_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::multimap<size_t, void*> free_ ABSL_GUARDED_BY(mu_);
   size_t cached_ ABSL_GUARDED_BY(mu_) = 0;
 };

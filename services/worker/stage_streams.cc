@@ -69,15 +69,15 @@ DownstreamStream::~DownstreamStream() { Close(); }
 
 void DownstreamStream::Close() {
   context_.TryCancel();
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock,
-                [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; };
+  mu_.Await(absl::Condition(&done));
 }
 
 void DownstreamStream::Enqueue(std::vector<grpc::ByteBuffer> frames) {
   bool start = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (grpc::ByteBuffer& f : frames) writes_.pending.push_back(std::move(f));
     start = writes_.StartNext();
   }
@@ -87,7 +87,7 @@ void DownstreamStream::Enqueue(std::vector<grpc::ByteBuffer> frames) {
 
 absl::Status DownstreamStream::Send(StageMessage message) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (broken_ || done_) {
       return absl::UnavailableError(absl::StrCat(
           "the stream to the next stage (", address_, ") is closed"));
@@ -108,7 +108,7 @@ absl::Status DownstreamStream::Send(StageMessage message) {
 void DownstreamStream::OnWriteDone(bool ok) {
   bool start = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     writes_.writing = false;
     if (!ok) {
       broken_ = true;
@@ -147,10 +147,9 @@ void DownstreamStream::OnDone(const grpc::Status& status) {
   executor_->mailbox()->Fail(absl::Status(
       why.code(), absl::StrCat("stream to the next stage (", address_,
                                ") ended: ", why.message())));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   done_ = true;
   broken_ = true;
-  done_cv_.notify_all();
 }
 
 // ---- UpstreamStream ----
@@ -161,19 +160,19 @@ class UpstreamStream::Link final : public StageLink {
  public:
   explicit Link(UpstreamStream* stream) : stream_(stream) {}
   absl::Status Send(StageMessage message) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (stream_ == nullptr) {
       return absl::UnavailableError("the previous stage's stream is closed");
     }
     return stream_->Send(std::move(message));
   }
   void Detach() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stream_ = nullptr;
   }
 
  private:
-  std::mutex mu_;
+  absl::Mutex mu_;
   UpstreamStream* stream_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -191,7 +190,7 @@ absl::Status UpstreamStream::Send(StageMessage message) {
                    EncodeMessage(job_id_, message, wire_dtype_, chunk_bytes_));
   bool start = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (finishing_) {
       return absl::UnavailableError("the previous stage's stream is closed");
     }
@@ -204,7 +203,7 @@ absl::Status UpstreamStream::Send(StageMessage message) {
 
 void UpstreamStream::FinishWith(const grpc::Status& status) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (finishing_) return;
     finishing_ = true;
     writes_.pending.clear();
@@ -220,7 +219,7 @@ void UpstreamStream::OnWriteDone(bool ok) {
   bool start = false;
   std::optional<grpc::Status> finish;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     writes_.writing = false;
     if (!ok && !finishing_) {
       finishing_ = true;

@@ -13,14 +13,13 @@
 #ifndef PIPETRAIN_SERVICES_WORKER_STAGE_STREAMS_H_
 #define PIPETRAIN_SERVICES_WORKER_STAGE_STREAMS_H_
 
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "services/wire/frame_codec.h"
@@ -79,8 +78,7 @@ class DownstreamStream final
   grpc::ByteBuffer in_;
   FrameAssembler assembler_;
 
-  std::mutex mu_;
-  std::condition_variable done_cv_;
+  absl::Mutex mu_;
   WriteQueue writes_ ABSL_GUARDED_BY(mu_);
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
@@ -119,7 +117,7 @@ class UpstreamStream final
   std::string job_id_;
   v1::DType wire_dtype_ = v1::DTYPE_F32;
 
-  std::mutex mu_;
+  absl::Mutex mu_;
   WriteQueue writes_ ABSL_GUARDED_BY(mu_);
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);

@@ -20,10 +20,9 @@ WorkerAgent::WorkerAgent(const std::string& scheduler_address,
 
 WorkerAgent::~WorkerAgent() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
   thread_.join();
 }
 
@@ -89,12 +88,11 @@ void WorkerAgent::Loop() {
     } else if (status.ok()) {
       warned = false;
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_for(
-            lock,
-            std::chrono::milliseconds(
-                static_cast<int>((status.ok() ? interval_s_ : 0.5) * 1000)),
-            [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; })) {
+    absl::MutexLock lock(&mu_);
+    auto stopping = [this]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
+    if (mu_.AwaitWithTimeout(absl::Condition(&stopping),
+                             absl::Seconds(status.ok() ? interval_s_ : 0.5))) {
       return;
     }
   }

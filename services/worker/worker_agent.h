@@ -9,13 +9,12 @@
 #ifndef PIPETRAIN_SERVICES_WORKER_WORKER_AGENT_H_
 #define PIPETRAIN_SERVICES_WORKER_WORKER_AGENT_H_
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "pipetrain/v1/scheduler.grpc.pb.h"
 #include "worker/pipeline/stage_host.h"
 
@@ -43,8 +42,7 @@ class WorkerAgent {
   std::string reported_job_;
   int64_t reported_since_ = 0;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
+  absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -349,6 +349,15 @@ absl::StatusOr<v1::EvalResult> StageExecutor::Evaluate(int64_t max_samples) {
   if (max_samples < 0) {
     return absl::InvalidArgumentError("max_samples: must be >= 0");
   }
+  {
+    // Refuse at once rather than wait for a step that may wait on a
+    // neighbour for a whole receive timeout.
+    absl::MutexLock lock(&mu_);
+    if (state_ == v1::STAGE_STATE_RUNNING) {
+      return absl::FailedPreconditionError(
+          "the stage is training: evaluate after the run ends (pause first)");
+    }
+  }
   absl::MutexLock compute(&compute_mu_);
   {
     absl::MutexLock lock(&mu_);

@@ -24,7 +24,7 @@ void StageHost::DropCurrent() {
   std::shared_ptr<StageExecutor> executor;
   std::shared_ptr<DownstreamLink> downstream;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     executor = std::move(executor_);
     downstream = std::move(downstream_);
   }
@@ -40,7 +40,7 @@ void StageHost::DropCurrent() {
 
 absl::StatusOr<std::shared_ptr<StageExecutor>> StageHost::Executor(
     const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (executor_ == nullptr) {
     return absl::FailedPreconditionError(
         "this worker has no stage configured (call Configure first)");
@@ -69,7 +69,7 @@ absl::StatusOr<v1::ConfigureResponse> StageHost::Configure(
                << ": layers [" << config.layer_begin() << ", "
                << config.layer_end() << "), " << executor->num_parameters()
                << " parameters on " << backend_->Describe();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   executor_ = std::move(executor);
   return response;
 }
@@ -78,7 +78,7 @@ absl::Status StageHost::EnsureDownstream(
     const std::shared_ptr<StageExecutor>& executor) {
   // Interleaved: the last stage too (its wrap-around link to stage 0).
   if (!executor->needs_downstream()) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (executor_ != executor) {
     return absl::AbortedError("the stage was replaced while starting");
   }
@@ -114,7 +114,7 @@ absl::StatusOr<v1::GetStatusResponse> StageHost::Status(
 std::optional<v1::StageReport> StageHost::Report(int64_t results_since) const {
   std::shared_ptr<StageExecutor> executor;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     executor = executor_;
   }
   if (executor == nullptr) return std::nullopt;
@@ -155,7 +155,7 @@ absl::StatusOr<v1::EvaluateStageResponse> StageHost::Evaluate(
 absl::StatusOr<v1::ProfileResponse> StageHost::Profile(
     const v1::ProfileRequest& request) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     // Only the state matters: ask for no step results.
     if (executor_ != nullptr &&
         executor_->GetStatus(std::numeric_limits<int64_t>::max()).state() ==

@@ -18,12 +18,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "pipetrain/v1/scheduler.pb.h"
 #include "pipetrain/v1/stage.pb.h"
 #include "worker/compute/backend.h"
@@ -116,7 +116,7 @@ class StageHost {
   StageMetrics* const metrics_;  // borrowed, may be null
   const DownstreamOpener open_downstream_;
 
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::shared_ptr<StageExecutor> executor_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<DownstreamLink> downstream_ ABSL_GUARDED_BY(mu_);
 };

@@ -63,26 +63,26 @@ v1::StageConfig FirstOfTwo(const std::string& downstream) {
 class RecordingLink : public DownstreamLink {
  public:
   absl::Status Send(StageMessage message) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (closed_) return absl::UnavailableError("closed");
     steps_.push_back(message.step);
     return absl::OkStatus();
   }
   void Close() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     closed_ = true;
   }
   bool closed() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return closed_;
   }
   size_t sent() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return steps_.size();
   }
 
  private:
-  std::mutex mu_;
+  absl::Mutex mu_;
   bool closed_ = false;
   std::vector<int64_t> steps_;
 };
@@ -237,7 +237,8 @@ TEST(StageHostTest, OpensTheDownstreamLinkOnceAndClosesItWithTheStage) {
   });
   // Moving the target reuses the link; so does an evaluation.
   ASSERT_TRUE(host->Train("job", 2).ok());
-  (void)host->Evaluate("job", 0);
+  EXPECT_EQ(host->Evaluate("job", 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // training: refused
   ASSERT_EQ(linked.addresses, std::vector<std::string>{"next:7100"});
 
   // Profiling would time layers while the stage computes.
