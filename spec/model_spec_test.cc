@@ -6,46 +6,14 @@
 
 #include "common/proto_json.h"
 #include "gtest/gtest.h"
+#include "spec/test_model_specs.h"
 
 namespace pipetrain {
 namespace {
 
-constexpr char kMlp[] = R"({
-  "name": "mlp",
-  "inputKind": "INPUT_KIND_FLOAT",
-  "inputShape": [1, 4, 4],
-  "loss": "LOSS_KIND_SOFTMAX_CROSS_ENTROPY",
-  "layers": [
-    {"flatten": {}},
-    {"linear": {"inFeatures": 16, "outFeatures": 12}},
-    {"relu": {}},
-    {"dropout": {"rate": 0.1}},
-    {"linear": {"in_features": 12, "out_features": 8}},
-    {"gelu": {}},
-    {"layer_norm": {"features": 8}},
-    {"linear": {"in_features": 8, "out_features": 3}}
-  ]
-})";
-
-constexpr char kLm[] = R"({
-  "inputKind": "INPUT_KIND_TOKENS",
-  "inputShape": [6],
-  "loss": "LOSS_KIND_SOFTMAX_CROSS_ENTROPY",
-  "layers": [
-    {"embedding": {"vocabSize": 11, "dim": 8, "maxSeqLen": 6}},
-    {"transformerBlock": {"dim": 8, "heads": 2}},
-    {"transformerBlock": {"dim": 8, "heads": 2, "mlpDim": 16}},
-    {"layerNorm": {"features": 8}},
-    {"linear": {"inFeatures": 8, "outFeatures": 11}}
-  ]
-})";
-
-v1::ModelSpec Parse(const char* json) {
-  v1::ModelSpec spec;
-  const absl::Status status = ParseJson(json, &spec);
-  EXPECT_TRUE(status.ok()) << status;
-  return spec;
-}
+using test_specs::kLm;
+using test_specs::kMlp;
+using test_specs::Parse;
 
 // Expects validation to fail with InvalidArgument mentioning `needle`.
 void ExpectInvalid(const v1::ModelSpec& spec, const std::string& needle) {
