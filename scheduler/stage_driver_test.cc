@@ -111,11 +111,11 @@ class SkewedStages : public StageControl {
  public:
   absl::StatusOr<v1::ProfileResponse> Profile(
       const std::string&, const v1::ProfileRequest&) override {
-    return absl::UnimplementedError("");
+    return absl::UnimplementedError("not called by the pause test");
   }
   absl::StatusOr<v1::ConfigureResponse> Configure(
       const std::string&, const v1::StageConfig&) override {
-    return absl::UnimplementedError("");
+    return absl::UnimplementedError("not called by the pause test");
   }
   absl::StatusOr<int64_t> Train(const std::string& address, const std::string&,
                                 int64_t until_step) override {
@@ -129,12 +129,12 @@ class SkewedStages : public StageControl {
   absl::StatusOr<v1::EvalResult> Evaluate(const std::string&,
                                           const std::string&,
                                           int64_t) override {
-    return absl::UnimplementedError("");
+    return absl::UnimplementedError("not called by the pause test");
   }
   absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string&,
                                                 const std::string&,
                                                 int64_t) override {
-    return absl::UnimplementedError("");
+    return absl::UnimplementedError("not called by the pause test");
   }
   std::map<std::string, int64_t> targets;
 };
