@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "common/temp_dir_for_test.h"
 #include "gtest/gtest.h"
 #include "scheduler/job_state.h"
 #include "scheduler/state_store.h"
@@ -62,18 +63,7 @@ TEST(JobStateTest, EveryPairOfStatesFollowsTheMachine) {
   }
 }
 
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/pipetrain_job_table_test_XXXXXX";
-    path_ = mkdtemp(name);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = ScopedTempDir;
 
 v1::JobSpec NamedSpec(const std::string& name) {
   v1::JobSpec spec;

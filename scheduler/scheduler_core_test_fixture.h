@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/temp_dir_for_test.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/fake_stage_control.h"
@@ -40,18 +41,7 @@ class FakeModelSupport final : public ModelSupport {
   }
 };
 
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/pipetrain_core_test_XXXXXX";
-    path_ = mkdtemp(name);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = ScopedTempDir;
 
 inline v1::JobSpec Spec(int stages, int64_t steps) {
   v1::JobSpec spec;

@@ -5,24 +5,14 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/temp_dir_for_test.h"
 #include "gtest/gtest.h"
 #include "scheduler/state_store.h"
 
 namespace pipetrain {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/pipetrain_state_writer_test_XXXXXX";
-    path_ = mkdtemp(name);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = ScopedTempDir;
 
 v1::Job JobIn(const std::string& id, v1::JobState state) {
   v1::Job job;

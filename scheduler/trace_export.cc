@@ -1,41 +1,12 @@
 #include "scheduler/trace_export.h"
 
 #include <algorithm>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace pipetrain {
 namespace {
-
-struct OpInfo {
-  TraceOp op;
-  const char* name;
-  const char* category;
-};
-
-// The one table of op names and categories.
-constexpr OpInfo kOps[] = {
-    {TraceOp::kLoadInput, "Load", "data"},
-    {TraceOp::kRecvActivation, "RecvA", "transfer"},
-    {TraceOp::kForward, "F", "forward"},
-    {TraceOp::kSendActivation, "SendA", "transfer"},
-    {TraceOp::kLoss, "Loss", "loss"},
-    {TraceOp::kRecvGradient, "RecvG", "transfer"},
-    {TraceOp::kBackward, "B", "backward"},
-    {TraceOp::kBackwardInput, "BI", "backward-input"},
-    {TraceOp::kBackwardWeight, "W", "backward-weight"},
-    {TraceOp::kSendGradient, "SendG", "transfer"},
-    {TraceOp::kOptimizerStep, "Step", "optimizer"},
-};
-
-const OpInfo& InfoOf(TraceOp op) {
-  for (const OpInfo& info : kOps) {
-    if (info.op == op) return info;
-  }
-  return kOps[std::size(kOps) - 1];  // unreachable: every op is listed
-}
 
 // A JSON string literal (quotes included) for `text`.
 std::string JsonString(absl::string_view text) {
@@ -106,20 +77,33 @@ std::string SpanJson(const TraceSpan& span) {
 
 }  // namespace
 
-absl::StatusOr<TraceOp> ParseTraceOp(absl::string_view name) {
-  for (const OpInfo& info : kOps) {
-    if (name == info.name) return info.op;
+const char* TraceOpCategory(OpKind op) {
+  switch (op) {
+    case OpKind::kLoadInput:
+      return "data";
+    case OpKind::kRecvActivation:
+    case OpKind::kSendActivation:
+    case OpKind::kRecvGradient:
+    case OpKind::kSendGradient:
+      return "transfer";
+    case OpKind::kForward:
+      return "forward";
+    case OpKind::kLoss:
+      return "loss";
+    case OpKind::kBackward:
+      return "backward";
+    case OpKind::kBackwardInput:
+      return "backward-input";
+    case OpKind::kBackwardWeight:
+      return "backward-weight";
+    case OpKind::kOptimizerStep:
+      return "optimizer";
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown trace op \"", name, "\""));
+  return "other";
 }
 
-const char* TraceOpName(TraceOp op) { return InfoOf(op).name; }
-
-const char* TraceOpCategory(TraceOp op) { return InfoOf(op).category; }
-
 absl::StatusOr<TraceSpan> SpanFromEvent(const v1::TraceEvent& event) {
-  absl::StatusOr<TraceOp> op = ParseTraceOp(event.op());
+  absl::StatusOr<OpKind> op = ParseOpKindShortName(event.op());
   if (!op.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "stage ", event.stage(), " traced ", op.status().message()));
@@ -137,8 +121,8 @@ absl::StatusOr<TraceSpan> SpanFromEvent(const v1::TraceEvent& event) {
 }
 
 std::string SpanName(const TraceSpan& span) {
-  if (span.op == TraceOp::kOptimizerStep) return TraceOpName(span.op);
-  return absl::StrCat(TraceOpName(span.op), span.micro_batch);
+  if (span.op == OpKind::kOptimizerStep) return OpKindShortName(span.op);
+  return absl::StrCat(OpKindShortName(span.op), span.micro_batch);
 }
 
 std::string ChromeTraceJson(const v1::Plan& plan,

@@ -16,39 +16,21 @@
 #include "absl/strings/string_view.h"
 #include "pipetrain/v1/scheduler.pb.h"
 #include "pipetrain/v1/stage.pb.h"
+#include "spec/schedule.h"
 
 namespace pipetrain {
 
-// The instructions a stage runs (spec/schedule.h's OpKind, whose
-// short names travel in TraceEvent.op).
-enum class TraceOp {
-  kLoadInput,
-  kRecvActivation,
-  kForward,
-  kSendActivation,
-  kLoss,
-  kRecvGradient,
-  kBackward,
-  kBackwardInput,
-  kBackwardWeight,
-  kSendGradient,
-  kOptimizerStep,
-};
-
-// "F" -> kForward, "BI" -> kBackwardInput, ...; InvalidArgument naming the
-// text for a name this build does not know.
-absl::StatusOr<TraceOp> ParseTraceOp(absl::string_view name);
-// The short name ("F", "SendA", "Step").
-const char* TraceOpName(TraceOp op);
-// The Chrome trace category: "forward", "backward", "backward-input",
-// "backward-weight", "transfer", "loss", "data" or "optimizer".
-const char* TraceOpCategory(TraceOp op);
+// The Chrome trace category of an instruction (spec/schedule.h's OpKind,
+// whose short names travel in TraceEvent.op): "forward", "backward",
+// "backward-input", "backward-weight", "transfer", "loss", "data" or
+// "optimizer".
+const char* TraceOpCategory(OpKind op);
 
 struct TraceSpan {
   int stage = 0;
   int chunk = 0;
   int64_t step = 0;
-  TraceOp op = TraceOp::kForward;
+  OpKind op = OpKind::kForward;
   int micro_batch = 0;
   int64_t weight_version = 0;
   int64_t start_unix_us = 0;

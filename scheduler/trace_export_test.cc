@@ -10,31 +10,32 @@ namespace {
 TEST(TraceOpTest, EveryShortNameReadsBackToItsOp) {
   const struct {
     const char* name;
-    TraceOp op;
+    OpKind op;
     const char* category;
   } cases[] = {
-      {"Load", TraceOp::kLoadInput, "data"},
-      {"RecvA", TraceOp::kRecvActivation, "transfer"},
-      {"F", TraceOp::kForward, "forward"},
-      {"SendA", TraceOp::kSendActivation, "transfer"},
-      {"Loss", TraceOp::kLoss, "loss"},
-      {"RecvG", TraceOp::kRecvGradient, "transfer"},
-      {"B", TraceOp::kBackward, "backward"},
-      {"BI", TraceOp::kBackwardInput, "backward-input"},
-      {"W", TraceOp::kBackwardWeight, "backward-weight"},
-      {"SendG", TraceOp::kSendGradient, "transfer"},
-      {"Step", TraceOp::kOptimizerStep, "optimizer"},
+      {"Load", OpKind::kLoadInput, "data"},
+      {"RecvA", OpKind::kRecvActivation, "transfer"},
+      {"F", OpKind::kForward, "forward"},
+      {"SendA", OpKind::kSendActivation, "transfer"},
+      {"Loss", OpKind::kLoss, "loss"},
+      {"RecvG", OpKind::kRecvGradient, "transfer"},
+      {"B", OpKind::kBackward, "backward"},
+      {"BI", OpKind::kBackwardInput, "backward-input"},
+      {"W", OpKind::kBackwardWeight, "backward-weight"},
+      {"SendG", OpKind::kSendGradient, "transfer"},
+      {"Step", OpKind::kOptimizerStep, "optimizer"},
   };
   for (const auto& c : cases) {
-    auto op = ParseTraceOp(c.name);
+    auto op = ParseOpKindShortName(c.name);
     ASSERT_TRUE(op.ok()) << c.name;
     EXPECT_EQ(*op, c.op) << c.name;
-    EXPECT_STREQ(TraceOpName(c.op), c.name);
+    EXPECT_STREQ(OpKindShortName(c.op), c.name);
     EXPECT_STREQ(TraceOpCategory(c.op), c.category) << c.name;
   }
   // Exact names only: no prefix matching ("BX" is not a backward).
   for (const char* bad : {"", "BX", "f", "Forward", "Steps"}) {
-    EXPECT_TRUE(absl::IsInvalidArgument(ParseTraceOp(bad).status())) << bad;
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseOpKindShortName(bad).status()))
+        << bad;
   }
 }
 
@@ -61,7 +62,7 @@ TEST(ChromeTraceJsonTest, ValidJsonWithStagesChunksAndSpans) {
   ASSERT_TRUE(span.ok());
   EXPECT_EQ(SpanName(*span), "SendG3");
   TraceSpan step = *span;
-  step.op = TraceOp::kOptimizerStep;
+  step.op = OpKind::kOptimizerStep;
   step.start_unix_us -= 100;
   step.end_unix_us = step.start_unix_us - 5;  // clock skew: no negative dur
   EXPECT_EQ(SpanName(step), "Step");

@@ -295,6 +295,16 @@ const char* OpKindShortName(OpKind op) {
   return "?";
 }
 
+absl::StatusOr<OpKind> ParseOpKindShortName(absl::string_view name) {
+  for (int k = static_cast<int>(OpKind::kLoadInput);
+       k <= static_cast<int>(OpKind::kOptimizerStep); ++k) {
+    const OpKind op = static_cast<OpKind>(k);
+    if (name == OpKindShortName(op)) return op;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown trace op \"", name, "\""));
+}
+
 const char* OpKindName(OpKind op) {
   switch (op) {
     case OpKind::kLoadInput:

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "spec/vocabulary.h"
 
 namespace pipetrain {
@@ -66,6 +67,9 @@ struct Instruction {
 const char* OpKindName(OpKind op);
 // The short name ToString uses: "F", "B", "BI", "W", "SendA", "Step", ...
 const char* OpKindShortName(OpKind op);
+// The inverse of OpKindShortName; InvalidArgument naming the text for an
+// unknown name.
+absl::StatusOr<OpKind> ParseOpKindShortName(absl::string_view name);
 std::string ToString(const Instruction& instruction);
 // True for the schedules whose pipeline runs on across step boundaries.
 bool IsCrossStep(ScheduleKind kind);
