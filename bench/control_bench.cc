@@ -10,7 +10,7 @@
 // (4 TCP connections). Measured beside 100 threads with synchronous stubs
 // on the 2-core box: about 25% more calls/s for half the client CPU per
 // call (the sync threads had the lower p99, ~9 vs ~14 ms). REST uses 100
-// threads with blocking sockets (loopback_http_client, Connection: close).
+// threads with httplib::Client (test_http_client, Connection: close).
 // Latency is per call, from issue to completion; an error is a failed call
 // or a response without the expected job / workers. Scheduler and bench CPU
 // time per wall second show who saturates the (shared) cores.
@@ -41,7 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
-#include "services/http/loopback_http_client.h"
+#include "services/http/test_http_client.h"
 #include "services/rpc/grpc_util.h"
 #include "services/rpc/process_util.h"
 #include "tests/cluster_harness.h"

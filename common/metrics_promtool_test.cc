@@ -9,7 +9,7 @@
 #include <cmath>
 #include <string>
 
-#include "common/metrics.h"
+#include "common/metrics_registry.h"
 #include "gtest/gtest.h"
 
 namespace pipetrain {
@@ -30,11 +30,13 @@ int RunShell(const std::string& command, std::string* output) {
 // A registry with every kind of family, labels that need escaping and the
 // special values.
 void FillSampleRegistry(MetricsRegistry* registry) {
-  CounterFamily* bytes = *registry->AddCounterFamily(
-      "pipetrain_stage_bytes_total", "Bytes sent and received per edge.",
-      {"stage", "direction"});
-  (*bytes->WithLabelValues({"0", "sent"}))->Increment(1 << 20);
-  (*bytes->WithLabelValues({"1", "received"}))->Increment(4096);
+  const char* bytes_help = "Bytes sent and received per edge.";
+  (*registry->GetCounter("pipetrain_stage_bytes_total", bytes_help,
+                         {{"stage", "0"}, {"direction", "sent"}}))
+      ->Increment(1 << 20);
+  (*registry->GetCounter("pipetrain_stage_bytes_total", bytes_help,
+                         {{"stage", "1"}, {"direction", "received"}}))
+      ->Increment(4096);
   (*registry->GetGauge("pipetrain_stage_weight_version",
                        "Weight version in use.", {{"stage", "0"}}))
       ->Set(7);

@@ -1,5 +1,6 @@
 #include "common/proto_json.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -8,7 +9,41 @@
 
 namespace pipetrain {
 
+namespace {
+
+// The deepest nesting of objects and arrays in `json`, counting brackets
+// outside strings; stops counting once past `limit`.
+int NestingDepth(absl::string_view json, int limit) {
+  int depth = 0;
+  int deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < json.size() && deepest <= limit; ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
 absl::Status ParseJson(absl::string_view json, google::protobuf::Message* msg) {
+  if (NestingDepth(json, kMaxJsonDepth) > kMaxJsonDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid ", msg->GetDescriptor()->name(),
+                     " JSON: nested deeper than ", kMaxJsonDepth, " levels"));
+  }
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   const auto status = google::protobuf::util::JsonStringToMessage(

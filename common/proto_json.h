@@ -12,9 +12,15 @@
 
 namespace pipetrain {
 
+// Objects and arrays nested deeper than this are refused before parsing:
+// no spec needs more than a handful of levels, and a parser walking a
+// megabyte of '[' would recurse that deep.
+inline constexpr int kMaxJsonDepth = 32;
+
 // Parses `json` into `msg` (proto field names or their lowerCamelCase JSON
 // names both work). InvalidArgument naming the message type and what is
-// wrong: malformed JSON, an unknown field, a value of the wrong type.
+// wrong: malformed JSON, nesting deeper than kMaxJsonDepth, an unknown
+// field, a value of the wrong type.
 absl::Status ParseJson(absl::string_view json, google::protobuf::Message* msg);
 
 // Reads a file and parses it: NotFound naming the file when it cannot be

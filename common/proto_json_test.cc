@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/api.pb.h"
 #include "gtest/gtest.h"
@@ -37,6 +38,22 @@ TEST(ProtoJson, RejectsUnknownFieldsWrongTypesAndBrokenJson) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseJson(R"({"name": )", &m).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ProtoJson, RefusesDeepNestingBeforeParsing) {
+  google::protobuf::Method m;
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const absl::Status status = ParseJson(deep, &m);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("nested deeper than 32 levels"));
+  // Brackets inside strings (escaped quotes too) do not count, and a
+  // spec's few levels pass.
+  const std::string name = std::string(40, '[') + "\\\"";
+  const absl::Status ok =
+      ParseJson(absl::StrCat(R"({"name": ")", name, R"("})"), &m);
+  ASSERT_TRUE(ok.ok()) << ok;
+  EXPECT_EQ(m.name(), std::string(40, '[') + "\"");
+  EXPECT_TRUE(ParseJson(R"({"options": [{"name": "a"}]})", &m).ok());
 }
 
 TEST(ProtoJson, PrintsForPeopleAndForApis) {

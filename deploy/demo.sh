@@ -7,6 +7,11 @@
 #
 # Ports (override with the environment): scheduler gRPC 7000, REST and
 # /metrics 8080, workers gRPC 7101-7103, worker /metrics 9101-9103.
+#
+# Secured like a real cluster: deploy/pki.sh makes a throwaway CA,
+# certificates, bearer tokens and a join token in the run directory; every
+# gRPC connection is mutual TLS, REST and /metrics are HTTPS, and the control
+# API wants a token.
 set -euo pipefail
 
 BUILD=${BUILD:-build}
@@ -27,6 +32,7 @@ ctl="$bin/ctl/pipetrainctl"
 [ -x "$ctl" ] || { echo "demo: $ctl is missing; run 'make build'" >&2; exit 1; }
 
 run_dir=$(mktemp -d "${TMPDIR:-/tmp}/pipetrain-demo.XXXXXX")
+pki="$run_dir/pki"
 pids=()
 cleanup() {
   trap - EXIT INT TERM
@@ -49,8 +55,16 @@ wait_for_file() {  # path, what
   exit 1
 }
 
+echo "== making a throwaway CA, certificates and tokens in $pki"
+bash "$(dirname "$0")/pki.sh" "$pki" "$STAGES"
+tls() {  # name: the mutual-TLS flags of one process
+  echo --tls_cert "$pki/$1.crt" --tls_key "$pki/$1.key" --tls_ca "$pki/ca.crt"
+}
+
 echo "== starting the scheduler (gRPC :$SCHEDULER_PORT, REST and /metrics :$HTTP_PORT)"
-"$bin/pipetrain-scheduler" --listen "127.0.0.1:$SCHEDULER_PORT" \
+# shellcheck disable=SC2046  # tls prints separate flags
+"$bin/pipetrain-scheduler" --listen "127.0.0.1:$SCHEDULER_PORT" $(tls pipetrain-scheduler) \
+  --auth_tokens_file "$pki/tokens" --join_token_file "$pki/join.token" \
   --http_host 127.0.0.1 --http_port "$HTTP_PORT" --data_dir "$run_dir/data" \
   --port_file "$run_dir/scheduler.ports" >"$run_dir/scheduler.log" 2>&1 &
 pids+=($!)
@@ -60,7 +74,9 @@ for i in $(seq 0 $((STAGES - 1))); do
   port=$((WORKER_PORT + i))
   metrics=$((WORKER_METRICS_PORT + i))
   echo "== starting worker $i (gRPC :$port, /metrics :$metrics)"
+  # shellcheck disable=SC2046
   "$bin/pipetrain-worker" --listen "127.0.0.1:$port" --metrics_host 127.0.0.1 \
+    $(tls "pipetrain-worker-$i") --join_token_file "$pki/join.token" \
     --metrics_port "$metrics" --scheduler "127.0.0.1:$SCHEDULER_PORT" \
     --threads "$WORKER_THREADS" --labels zone=local \
     --port_file "$run_dir/worker$i.ports" >"$run_dir/worker$i.log" 2>&1 &
@@ -69,31 +85,43 @@ for i in $(seq 0 $((STAGES - 1))); do
 done
 
 export PIPETRAIN_SCHEDULER="127.0.0.1:$SCHEDULER_PORT"
+PIPETRAIN_TOKEN=$(cat "$pki/operator.token")
+export PIPETRAIN_TOKEN
+ctl_tls=$(tls pipetrain-client)
+ctl() {
+  # shellcheck disable=SC2086
+  "$ctl" $ctl_tls "$@"
+}
 for _ in $(seq 1 100); do
-  idle=$("$ctl" workers 2>/dev/null | grep -c IDLE || true)
+  idle=$(ctl workers 2>/dev/null | grep -c IDLE || true)
   [ "$idle" -ge "$STAGES" ] && break
   sleep 0.2
 done
-"$ctl" workers
+ctl workers
+# The REST and metrics ports answer over HTTPS, checked against the CA.
+curl -fsS --cacert "$pki/ca.crt" -o /dev/null "https://127.0.0.1:$HTTP_PORT/readyz" ||
+  { echo "demo: the scheduler's HTTPS port does not answer" >&2; exit 1; }
 
 cat <<INFO
 
-Cluster is up:
-  REST API   http://127.0.0.1:$HTTP_PORT/v1/jobs   http://127.0.0.1:$HTTP_PORT/v1/workers
-  metrics    http://127.0.0.1:$HTTP_PORT/metrics (scheduler), http://127.0.0.1:$WORKER_METRICS_PORT/metrics (worker 0) ...
-  CLI        PIPETRAIN_SCHEDULER=127.0.0.1:$SCHEDULER_PORT $ctl jobs
+Cluster is up (mutual TLS between all processes; tokens on the control API):
+  REST API   curl --cacert $pki/ca.crt -H "Authorization: Bearer \$(cat $pki/viewer.token)" https://127.0.0.1:$HTTP_PORT/v1/jobs
+  metrics    the same on https://127.0.0.1:$HTTP_PORT/metrics (scheduler);
+             curl --cacert $pki/ca.crt https://127.0.0.1:$WORKER_METRICS_PORT/metrics (worker 0) ...
+  CLI        PIPETRAIN_SCHEDULER=127.0.0.1:$SCHEDULER_PORT PIPETRAIN_TOKEN=\$(cat $pki/operator.token) \\
+               $ctl $ctl_tls jobs
 
 == submitting $JOB on $STAGES stages
 INFO
 
 set +e
-"$ctl" submit "$JOB" --stages "$STAGES" --watch --min_accuracy "$MIN_ACCURACY"
+ctl submit "$JOB" --stages "$STAGES" --watch --min_accuracy "$MIN_ACCURACY"
 status=$?
 set -e
-job=$("$ctl" jobs | awk 'NR > 1 { id = $1 } END { print id }')
+job=$(ctl jobs | awk 'NR > 1 { id = $1 } END { print id }')
 if [ -n "$job" ]; then
   echo
-  "$ctl" plan "$job" || true
+  ctl plan "$job" || true
 fi
 if [ $status -ne 0 ]; then
   echo "demo: the job did not reach its target (exit $status); logs follow" >&2

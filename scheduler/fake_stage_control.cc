@@ -12,6 +12,9 @@ absl::Status FakeStageControl::Enter(Call call) {
   const Method method = call.method;
   const std::string address = call.address;
   calls_.push_back(std::move(call));
+  if (killed_.count(address) > 0) {
+    return absl::UnavailableError(absl::StrCat(address, " is not answering"));
+  }
   auto it =
       std::find_if(scripts_.begin(), scripts_.end(), [&](const Script& s) {
         return s.method == method &&
@@ -69,6 +72,13 @@ absl::StatusOr<v1::ConfigureResponse> FakeStageControl::Configure(
   sim.view.stage = config.stage();
   sim.view.num_stages = config.num_stages();
   sim.view.state = v1::STAGE_STATE_CONFIGURED;
+  sim.view.layer_begin = config.layer_begin();
+  sim.view.layer_end = config.layer_end();
+  sim.view.next_step = config.start_step();
+  sim.view.until_step = config.start_step();
+  sim.view.awaiting_restore = config.restore_expected();
+  sim.view.attempt = config.attempt();
+  sim.checkpoint_every = config.spec().checkpoint_every();
   v1::ConfigureResponse out;
   if (config.stage() == 0) out.set_steps_per_epoch(steps_per_epoch_);
   return out;
@@ -83,6 +93,9 @@ absl::StatusOr<int64_t> FakeStageControl::Train(const std::string& address,
   Stage& s = sim->view;
   if (s.state == v1::STAGE_STATE_FAILED) {
     return absl::FailedPreconditionError("the stage failed: " + s.error);
+  }
+  if (s.awaiting_restore) {
+    return absl::FailedPreconditionError("the stage's state was not restored");
   }
   if (s.state == v1::STAGE_STATE_RUNNING) {
     // The step in progress always finishes.
@@ -133,6 +146,7 @@ absl::StatusOr<v1::EvalResult> FakeStageControl::Evaluate(
   absl::MutexLock lock(&mu_);
   const absl::Status scripted =
       Enter({Method::kEvaluate, address, job_id, max_samples, {}});
+  if (killed_.count(address) > 0) return scripted;  // joins nothing
   ASSIGN_OR_RETURN(StageSim * sim, Holding(address, job_id));
   const Stage view = sim->view;
   // A failing stage still takes part, so that its neighbours finish.
@@ -212,7 +226,7 @@ void FakeStageControl::Advance(int64_t steps) {
     Stage& s = sim.view;
     if (s.state != v1::STAGE_STATE_RUNNING) continue;
     const int64_t end = std::min(s.until_step, s.next_step + steps);
-    for (; s.next_step < end; ++s.next_step) {
+    for (; s.next_step < end; ++s.next_step, TakeSnapshots(&sim)) {
       v1::StepResult r;
       r.set_step(s.next_step);
       r.set_loss(1.0 / (1.0 + s.next_step));
@@ -224,6 +238,17 @@ void FakeStageControl::Advance(int64_t steps) {
     }
     if (s.next_step >= s.until_step) s.state = v1::STAGE_STATE_DONE;
   }
+}
+
+void FakeStageControl::Kill(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  killed_.insert(address);
+  stages_.erase(address);
+}
+
+void FakeStageControl::Revive(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  killed_.erase(address);
 }
 
 void FakeStageControl::FailStage(const std::string& address,
@@ -251,6 +276,7 @@ std::optional<v1::StageReport> FakeStageControl::Report(
   v1::StageReport out;
   out.set_job_id(sim.view.job_id);
   out.set_stage(sim.view.stage);
+  out.set_attempt(sim.view.attempt);
   v1::GetStatusResponse* status = out.mutable_status();
   status->set_state(sim.view.state);
   status->set_next_step(sim.view.next_step);
@@ -286,6 +312,101 @@ std::vector<FakeStageControl::Call> FakeStageControl::CallsOf(
     if (c.method == method) out.push_back(c);
   }
   return out;
+}
+
+StateTensor FakeStageControl::LayerState(int layer, int64_t step) {
+  StateTensor t;
+  t.name = absl::StrCat("layers.", layer, ".weight");
+  t.shape = {2};
+  const float values[2] = {static_cast<float>(layer), static_cast<float>(step)};
+  t.data.assign(reinterpret_cast<const char*>(values), sizeof(values));
+  return t;
+}
+
+void FakeStageControl::TakeSnapshots(StageSim* sim) {
+  const int64_t b = sim->view.next_step;
+  auto asked = std::find(sim->requested.begin(), sim->requested.end(), b);
+  const bool periodic =
+      sim->checkpoint_every > 0 && b > 0 && b % sim->checkpoint_every == 0;
+  if (asked == sim->requested.end() && !periodic) return;
+  if (asked != sim->requested.end()) sim->requested.erase(asked);
+  std::vector<int64_t>& held = sim->view.snapshots;
+  if (std::find(held.begin(), held.end(), b) != held.end()) return;
+  held.push_back(b);
+  if (held.size() > 2) held.erase(held.begin());
+}
+
+absl::StatusOr<int64_t> FakeStageControl::Snapshot(const std::string& address,
+                                                   const std::string& job_id,
+                                                   int64_t step) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Enter({Method::kSnapshot, address, job_id, step, {}}));
+  ASSIGN_OR_RETURN(StageSim * sim, Holding(address, job_id));
+  if (step < sim->view.next_step) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the stage is past step ", step, "; its next step is ",
+                     sim->view.next_step));
+  }
+  sim->requested.push_back(step);
+  // Between Advance calls a stage sits at the boundary before next_step.
+  TakeSnapshots(sim);
+  return step;
+}
+
+absl::Status FakeStageControl::FetchSnapshot(const std::string& address,
+                                             const std::string& job_id,
+                                             int64_t step,
+                                             const StageStateSink& sink) {
+  std::vector<StateTensor> tensors;
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(Enter({Method::kFetchSnapshot, address, job_id, step, {}}));
+    ASSIGN_OR_RETURN(StageSim * sim, Holding(address, job_id));
+    const std::vector<int64_t>& held = sim->view.snapshots;
+    if (std::find(held.begin(), held.end(), step) == held.end()) {
+      return absl::NotFoundError(
+          absl::StrCat(address, " holds no snapshot of step ", step));
+    }
+    for (int l = sim->view.layer_begin; l < sim->view.layer_end; ++l) {
+      tensors.push_back(LayerState(l, step));
+    }
+  }
+  // The sink runs without the lock: it may write files or call back.
+  for (StateTensor& t : tensors) {
+    RETURN_IF_ERROR(sink({step, step, step}, std::move(t)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> FakeStageControl::RestoreState(
+    const std::string& address, const std::string& job_id,
+    const StageStateInfo& info, const std::vector<StateTensor>& tensors) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(
+      Enter({Method::kRestoreState, address, job_id, info.step, {}}));
+  ASSIGN_OR_RETURN(StageSim * sim, Holding(address, job_id));
+  Stage& s = sim->view;
+  if (!s.awaiting_restore) {
+    return absl::FailedPreconditionError("the stage expects no restore");
+  }
+  int64_t loaded = 0;
+  for (int l = s.layer_begin; l < s.layer_end; ++l) {
+    const StateTensor want = LayerState(l, s.next_step);
+    auto it =
+        std::find_if(tensors.begin(), tensors.end(),
+                     [&](const StateTensor& t) { return t.name == want.name; });
+    if (it == tensors.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("missing ", want.name));
+    }
+    if (it->shape != want.shape || it->data != want.data) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(want.name, " is not the state of step ", s.next_step));
+    }
+    ++loaded;
+  }
+  s.awaiting_restore = false;
+  s.restored_tensors = loaded;
+  return loaded;
 }
 
 }  // namespace pipetrain

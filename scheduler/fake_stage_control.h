@@ -13,6 +13,15 @@
 // stage still training refuses, and the last stage answers with the
 // scripted result.
 //
+// State: a stage holds layers [layer_begin, layer_end) of the model, and its
+// state at a step boundary s is, for every layer i it holds, a tensor
+// "layers.{i}.weight" of shape [2] holding {i, s} (a synchronous pipeline's
+// state is a function of the step). Snapshot and the spec's
+// checkpoint_every take snapshots at boundaries (the two most recent are
+// kept); FetchSnapshot streams one; a stage configured with
+// restore_expected refuses Train until RestoreState gave it every one of
+// its layers, with values of the configured start step.
+//
 // Scripting: FailNext makes the next call of a method to an address fail;
 // HoldNext makes it block until Release, so a test can act while a call is
 // in flight. Every call is recorded, in order.
@@ -25,6 +34,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,14 +52,18 @@ class FakeStageControl final : public StageControl {
     kTrain,
     kStop,
     kEvaluate,
-    kGetTrace
+    kGetTrace,
+    kSnapshot,
+    kFetchSnapshot,
+    kRestoreState
   };
 
   struct Call {
     Method method;
     std::string address;
     std::string job_id;
-    // Train: until_step; Evaluate: max_samples; GetTrace: since_step.
+    // Train: until_step; Evaluate: max_samples; GetTrace: since_step;
+    // Snapshot, FetchSnapshot, RestoreState: the step.
     int64_t arg = 0;
     v1::StageConfig config;  // Configure only
   };
@@ -63,6 +77,16 @@ class FakeStageControl final : public StageControl {
     int64_t next_step = 0;
     int64_t until_step = 0;
     std::string error;
+    int layer_begin = 0;
+    int layer_end = 0;
+    // Configured with restore_expected and not yet restored.
+    bool awaiting_restore = false;
+    // Tensors the last RestoreState loaded (0: none).
+    int64_t restored_tensors = 0;
+    // Boundaries of the snapshots held, oldest first.
+    std::vector<int64_t> snapshots;
+    // StageConfig.attempt, echoed in reports.
+    int64_t attempt = 0;
   };
 
   // StageControl.
@@ -81,6 +105,19 @@ class FakeStageControl final : public StageControl {
   absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string& address,
                                                 const std::string& job_id,
                                                 int64_t since_step) override;
+  absl::StatusOr<int64_t> Snapshot(const std::string& address,
+                                   const std::string& job_id,
+                                   int64_t step) override;
+  absl::Status FetchSnapshot(const std::string& address,
+                             const std::string& job_id, int64_t step,
+                             const StageStateSink& sink) override;
+  absl::StatusOr<int64_t> RestoreState(
+      const std::string& address, const std::string& job_id,
+      const StageStateInfo& info,
+      const std::vector<StateTensor>& tensors) override;
+
+  // The state a stage holding `layer` has at boundary `step` (see above).
+  static StateTensor LayerState(int layer, int64_t step);
 
   // Scripting.
   // Stage 0's ConfigureResponse.steps_per_epoch (default 10).
@@ -104,6 +141,10 @@ class FakeStageControl final : public StageControl {
   void Advance(int64_t steps);
   // The stage reports FAILED with `error` from now on.
   void FailStage(const std::string& address, const std::string& error);
+  // The worker is gone (killed): every call to it fails Unavailable and its
+  // stage neither trains nor reports. Back (empty) with Revive.
+  void Kill(const std::string& address);
+  void Revive(const std::string& address);
   // A periodic evaluation the stage reports (once) with its next report.
   void AddPeriodicEvaluation(const std::string& address,
                              const v1::EvalResult& eval);
@@ -117,6 +158,9 @@ class FakeStageControl final : public StageControl {
  private:
   struct StageSim {
     Stage view;
+    // Boundaries asked for by Snapshot, not reached yet.
+    std::vector<int64_t> requested;
+    int64_t checkpoint_every = 0;
     std::vector<v1::StepResult> unreported;
     std::vector<v1::EvalResult> evaluations;
     std::vector<v1::TraceEvent> trace;
@@ -141,12 +185,15 @@ class FakeStageControl final : public StageControl {
   absl::StatusOr<StageSim*> Holding(const std::string& address,
                                     const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the snapshots due at the stage's current boundary.
+  static void TakeSnapshots(StageSim* sim);
 
   mutable absl::Mutex mu_;
   std::map<std::string, StageSim> stages_ ABSL_GUARDED_BY(mu_);
   std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
   std::vector<Script> scripts_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, EvalBarrier> barriers_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> killed_ ABSL_GUARDED_BY(mu_);
   int held_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t release_generation_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status release_outcome_ ABSL_GUARDED_BY(mu_);

@@ -9,13 +9,29 @@
 #define PIPETRAIN_SCHEDULER_INTERFACES_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "pipetrain/v1/scheduler.pb.h"
 #include "pipetrain/v1/stage.pb.h"
+#include "scheduler/state_tensor.h"
 
 namespace pipetrain {
+
+// Where a stage's state belongs: the step boundary it was captured at, the
+// weight version and the optimizer steps taken (Adam's bias correction).
+struct StageStateInfo {
+  int64_t step = 0;
+  int64_t weight_version = 0;
+  int64_t optimizer_steps = 0;
+};
+
+// Receives a fetched snapshot one tensor at a time, so a stage's state is
+// never held twice; a non-OK return ends the fetch with that status.
+using StageStateSink =
+    std::function<absl::Status(const StageStateInfo& info, StateTensor tensor)>;
 
 // Calls to one stage worker at `address`. Implementations apply deadlines;
 // calls block and are made from the scheduler's own threads, never from a
@@ -44,6 +60,25 @@ class StageControl {
   virtual absl::StatusOr<v1::GetTraceResponse> GetTrace(
       const std::string& address, const std::string& job_id,
       int64_t since_step) = 0;
+
+  // Checkpoints (see SnapshotRequest). Asks the stage to keep a host copy
+  // of its state at the boundary before `step`; returns that boundary.
+  // FailedPrecondition when the stage is already past `step`.
+  virtual absl::StatusOr<int64_t> Snapshot(const std::string& address,
+                                           const std::string& job_id,
+                                           int64_t step) = 0;
+  // Streams the snapshot taken at `step` into `sink`, tensor by tensor
+  // (chunks reassembled, each tensor checked complete). NotFound when the
+  // stage holds no snapshot of that step.
+  virtual absl::Status FetchSnapshot(const std::string& address,
+                                     const std::string& job_id, int64_t step,
+                                     const StageStateSink& sink) = 0;
+  // After Configure with restore_expected, before Train: loads `tensors`
+  // (the whole model's state may be given; the stage takes its own
+  // layers). Returns the number of tensors the stage loaded.
+  virtual absl::StatusOr<int64_t> RestoreState(
+      const std::string& address, const std::string& job_id,
+      const StageStateInfo& info, const std::vector<StateTensor>& tensors) = 0;
 };
 
 // The model rules the scheduler relies on. Thread-safe.

@@ -8,12 +8,25 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "scheduler/job_events.h"
 #include "scheduler/job_progress.h"
+#include "scheduler/memory_check.h"
 #include "scheduler/plan_builder.h"
+#include "scheduler/recovery_plan.h"
 #include "scheduler/scheduler_core.h"
 #include "scheduler/stage_driver.h"
 
 namespace pipetrain {
+namespace {
+
+// A failure that ends a job: the reason, and the restarts spent on it when
+// the job could restart at all.
+std::string GiveUpReason(const v1::Job& job, const std::string& why) {
+  if (MaxRestarts(job.spec()) == 0) return why;
+  return absl::StrCat(why, " (gave up after ", job.restarts(), " restarts)");
+}
+
+}  // namespace
 
 void SchedulerCore::Tick() {
   registry_.Sweep(Now());
@@ -55,13 +68,22 @@ std::vector<SchedulerCore::Action> SchedulerCore::ChooseActions(
       out.push_back({ActionKind::kReset, id, ""});
     } else if (state == v1::JOB_STATE_RUNNING ||
                state == v1::JOB_STATE_PAUSED) {
-      if (std::optional<std::string> why =
-              JobFailure(workers, Now(), FailureGraceMs(), r)) {
+      std::optional<std::string> why = r->recover_why;
+      if (!why.has_value())
+        why = JobFailure(workers, Now(), FailureGraceMs(), r);
+      if (!why.has_value()) why = ReattachFailure(Now(), r);
+      if (why.has_value()) {
         r->busy = true;
-        out.push_back({ActionKind::kFail, id, *why});
+        // A paused job is recovered too, and stays paused.
+        const bool restart = r->job.restarts() < MaxRestarts(r->job.spec());
+        out.push_back({restart ? ActionKind::kRecover : ActionKind::kFail, id,
+                       restart ? *why : GiveUpReason(r->job, *why)});
       } else if (StagesDone(*r)) {
         r->busy = true;
         out.push_back({ActionKind::kFinish, id, ""});
+      } else if (state == v1::JOB_STATE_RUNNING) {
+        if (std::optional<Action> a = CheckpointDue(r)) out.push_back(*a);
+        if (std::optional<Action> a = GrowthDue(r)) out.push_back(*a);
       }
     }
   }
@@ -82,6 +104,14 @@ void SchedulerCore::RunAction(const Action& action) {
       return FailJob(action.job_id, action.why);
     case ActionKind::kReset:
       return ResetLaunch(action.job_id);
+    case ActionKind::kRecover:
+      return RecoverJob(action.job_id, action.why);
+    case ActionKind::kRequestSnapshot:
+      return RequestSnapshotAction(action.job_id);
+    case ActionKind::kFetchCheckpoint:
+      return FetchCheckpoint(action.job_id, action.step);
+    case ActionKind::kGrow:
+      return GrowJob(action.job_id);
   }
 }
 
@@ -141,11 +171,27 @@ void SchedulerCore::StartJob(const std::string& job_id) {
 
 void SchedulerCore::Launch(const std::string& job_id, const v1::JobSpec& spec,
                            const v1::Plan& plan) {
+  // Saved weights the spec asks for (initFrom), read before any stage is
+  // configured: a source gone since the submit fails the job, naming it.
+  std::optional<ResumePoint> init;
+  StageStart start;
+  if (!spec.training().init_from().empty()) {
+    absl::StatusOr<ResumePoint> loaded = LoadInitFrom(spec);
+    if (!loaded.ok()) {
+      FailJob(job_id,
+              absl::StrCat("could not start: ", loaded.status().ToString()));
+      return;
+    }
+    init = *std::move(loaded);
+    start.step = init->step;
+    start.info = init->info;
+    start.state = &init->state;
+  }
   // The plan and the assignments are on disk before any stage is
   // configured: a scheduler restarted mid-launch finds the stages to stop.
   Flush();
   absl::StatusOr<int64_t> total = LaunchStages(
-      control_, job_id, spec, plan, options_.stage_recv_timeout_seconds);
+      control_, job_id, spec, plan, options_.stage_recv_timeout_seconds, start);
   if (!total.ok()) {
     FailJob(job_id,
             absl::StrCat("could not start: ", total.status().ToString()));
@@ -153,7 +199,10 @@ void SchedulerCore::Launch(const std::string& job_id, const v1::JobSpec& spec,
   }
   {
     absl::MutexLock lock(&mu_);
-    (*jobs_.Find(job_id))->job.set_total_steps(*total);
+    JobRecord* r = *jobs_.Find(job_id);
+    r->job.set_total_steps(*total);
+    r->last_checkpoint_ms = Now();  // the checkpoint interval starts now
+    if (init.has_value()) NoteInitialState(*init, r);
   }
   EndAction(job_id, v1::JOB_STATE_RUNNING);
 }
@@ -161,6 +210,9 @@ void SchedulerCore::Launch(const std::string& job_id, const v1::JobSpec& spec,
 absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
     const v1::Job& job, std::vector<v1::WorkerInfo> idle, bool* claimed) {
   const auto start = std::chrono::steady_clock::now();
+  // Profiling allocates the job's activations: refuse a job that cannot
+  // fit before any worker is asked to.
+  RETURN_IF_ERROR(CheckJobFitsWorkers(job.spec().training(), idle));
   v1::ProfileRequest profile_request;
   *profile_request.mutable_spec() = job.spec().training();
   profile_request.set_repetitions(3);
@@ -190,7 +242,10 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
   }
   PT_LOG(INFO) << job.id() << " plan:\n" << plan.explanation();
   absl::MutexLock lock(&mu_);
-  jobs_.SetPlan(*jobs_.Find(job.id()), plan);
+  JobRecord* r = *jobs_.Find(job.id());
+  jobs_.SetPlan(r, plan);
+  AddJobEvent(&r->job, v1::JOB_EVENT_PLANNED, PlanSummary(plan), Now());
+  jobs_.Save(*r);
   return plan;
 }
 
@@ -203,6 +258,7 @@ void SchedulerCore::FinishJob(const std::string& job_id) {
     addresses = r->Addresses();
     max_samples = r->job.spec().eval_samples();
   }
+  TakeFinalCheckpoint(job_id);
   absl::StatusOr<v1::EvalResult> eval =
       EvaluateStages(control_, addresses, job_id, max_samples);
   if (!eval.ok()) {

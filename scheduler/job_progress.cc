@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "absl/strings/str_cat.h"
+#include "scheduler/job_events.h"
 #include "scheduler/job_state.h"
 
 namespace pipetrain {
@@ -95,6 +96,36 @@ void Summarize(JobRecord* record) {
       mean > 0 ? job.spec().training().batch_size() / mean : 0);
 }
 
+// The recovery in progress ends when the last stage completed a step at or
+// after the one the stages resumed at.
+double EndRecovery(const v1::StageReport& report, int64_t now_ms,
+                   JobRecord* record) {
+  if (record->resume_step < 0) return -1;
+  bool stepped = false;
+  for (const v1::StepResult& r : report.status().results()) {
+    stepped = stepped || r.step() >= record->resume_step;
+  }
+  if (!stepped) return -1;
+  if (record->resuming_after_growth) {
+    // A growth is no recovery: its event was logged when it began.
+    record->resuming_after_growth = false;
+    record->resume_step = -1;
+    return -1;
+  }
+  const double seconds = (now_ms - record->recovering_since_ms) / 1000.0;
+  const v1::VersionRollback* rollback =
+      record->job.rollbacks().empty() ? nullptr
+                                      : &*record->job.rollbacks().rbegin();
+  const int64_t version = rollback != nullptr ? rollback->version() : 0;
+  AddJobEvent(&record->job, v1::JOB_EVENT_RECOVERED,
+              absl::StrCat("resumed at step ", record->resume_step,
+                           " from version ", version),
+              now_ms, {record->resume_step, version, seconds});
+  record->resume_step = -1;
+  record->recovering_since_ms = 0;
+  return seconds;
+}
+
 }  // namespace
 
 ReportEffects ApplyStageReport(const std::string& worker_id,
@@ -105,13 +136,15 @@ ReportEffects ApplyStageReport(const std::string& worker_id,
   if (!record->plan.has_value() || IsTerminalJobState(record->job.state()) ||
       report.job_id() != record->job.id() || stage < 0 ||
       stage >= record->plan->stages_size() ||
-      record->plan->stages(stage).worker_id() != worker_id) {
+      record->plan->stages(stage).worker_id() != worker_id ||
+      report.attempt() != record->job.attempt()) {
     return effects;
   }
   effects.applied = true;
   const bool last = stage == record->plan->stages_size() - 1;
   effects.ledger = LedgerOf(report, now_ms);
   TakeStepResults(report, last, record);
+  if (last) effects.recovery_seconds = EndRecovery(report, now_ms, record);
   // Only the last stage computes the loss, so only it evaluates.
   if (last) effects.new_evaluations = TakeEvaluations(report, record);
   v1::StageReport& kept = record->reports[stage];
@@ -158,6 +191,38 @@ std::optional<std::string> JobFailure(
   if (record->unreachable_since_ms == 0) record->unreachable_since_ms = now_ms;
   if (now_ms - record->unreachable_since_ms < grace_ms) return std::nullopt;
   return stage_failure;
+}
+
+std::optional<std::string> ReattachFailure(int64_t now_ms, JobRecord* record) {
+  if (record->reattach_by_ms == 0 || !record->plan.has_value()) {
+    return std::nullopt;
+  }
+  const v1::Job& job = record->job;
+  std::optional<std::string> missing;
+  for (size_t s = 0; s < record->reports.size() && !missing; ++s) {
+    const v1::StageReport& r = record->reports[s];
+    const v1::StageState state = r.status().state();
+    const bool expected = state == v1::STAGE_STATE_RUNNING ||
+                          state == v1::STAGE_STATE_DONE ||
+                          (state == v1::STAGE_STATE_CONFIGURED &&
+                           job.state() == v1::JOB_STATE_PAUSED);
+    // ApplyStageReport keeps only reports of the current configuration.
+    if (r.job_id() != job.id()) {
+      missing = absl::StrCat("stage ", s, " has not reported on this job");
+    } else if (!expected) {
+      missing = absl::StrCat("stage ", s, " is ", v1::StageState_Name(state));
+    }
+  }
+  if (!missing.has_value()) {
+    record->reattach_by_ms = 0;
+    return std::nullopt;
+  }
+  if (now_ms < record->reattach_by_ms) return std::nullopt;
+  record->reattach_by_ms = 0;
+  return absl::StrCat(
+      "could not re-attach to the stages after a scheduler "
+      "restart: ",
+      *missing);
 }
 
 bool StagesDone(const JobRecord& record) {

@@ -26,9 +26,16 @@ struct ReportEffects {
   std::vector<v1::VersionEntry> ledger;
   // Periodic evaluations added to Job.evaluations.
   int new_evaluations = 0;
+  // A recovery ended with this report (the last stage completed a step at
+  // or after the resume step): seconds from the loss; -1 otherwise.
+  double recovery_seconds = -1;
 };
 
 // Applies `report`, sent by worker `worker_id`, to the job in `record`.
+// Ends a running recovery (record->resume_step) with a RECOVERED event.
+// A report of another configuration than the job's current one
+// (report.attempt != job.attempt: it was sent before a recovery and
+// arrived after it) is ignored: it must not move progress or the ledger.
 ReportEffects ApplyStageReport(const std::string& worker_id,
                                const v1::StageReport& report, int64_t now_ms,
                                JobRecord* record);
@@ -48,6 +55,13 @@ void RecordEvaluation(const v1::EvalResult& eval, JobRecord* record);
 std::optional<std::string> JobFailure(
     const std::map<std::string, v1::WorkerInfo>& workers, int64_t now_ms,
     int64_t grace_ms, JobRecord* record);
+
+// After a scheduler restart (record->reattach_by_ms set): clears it once
+// every stage has reported on the job's current configuration in a state
+// its job state expects (RUNNING or DONE; CONFIGURED too while PAUSED);
+// past the deadline, why the stages could not be re-attached (then the job
+// is recovered from its last checkpoint like one with a lost worker).
+std::optional<std::string> ReattachFailure(int64_t now_ms, JobRecord* record);
 
 // True when every stage of a RUNNING job reported DONE at the last step.
 bool StagesDone(const JobRecord& record);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "scheduler/job_events.h"
 #include "scheduler/job_state.h"
 
 namespace pipetrain {
@@ -54,6 +55,8 @@ JobRecord* JobTable::Add(const v1::JobSpec& spec, int64_t now_ms) {
   job.set_created_unix_ms(now_ms);
   job.set_updated_unix_ms(now_ms);
   job.set_total_steps(spec.training().steps());
+  AddJobEvent(&job, v1::JOB_EVENT_SUBMITTED,
+              absl::StrCat("submitted as ", job.name()), now_ms);
   JobRecord* out = record.get();
   order_.push_back(job.id());
   jobs_[job.id()] = std::move(record);
@@ -75,6 +78,18 @@ absl::Status JobTable::Transition(JobRecord* record, v1::JobState to,
   RETURN_IF_ERROR(CheckJobTransition(job.state(), to));
   PT_LOG(INFO) << job.id() << ": " << v1::JobState_Name(job.state()) << " -> "
                << v1::JobState_Name(to);
+  const v1::JobEventKind kind = EventForTransition(job.state(), to);
+  if (kind == v1::JOB_EVENT_STARTED) {
+    AddJobEvent(&job, kind,
+                absl::StrCat("training from step ", job.step(), " to ",
+                             job.total_steps()),
+                now_ms, {job.step(), job.committed_version(), 0});
+  } else if (kind != v1::JOB_EVENT_UNSPECIFIED) {
+    // A failure's event carries its reason (set before the move).
+    AddJobEvent(&job, kind,
+                to == v1::JOB_STATE_FAILED ? job.error() : std::string(),
+                now_ms, {job.step(), job.committed_version(), 0});
+  }
   job.set_state(to);
   job.set_updated_unix_ms(now_ms);
   Save(*record);

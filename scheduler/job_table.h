@@ -37,6 +37,34 @@ struct JobRecord {
   // When a stage was first seen failed for an unreachable neighbour (0:
   // never); see JobFailure.
   int64_t unreachable_since_ms = 0;
+  // Recovery (job_recovery.cc): a recovery is owed for this reason (set
+  // when the failure was seen, or when a recovery could not relaunch).
+  std::optional<std::string> recover_why;
+  // When the loss that the running recovery answers was seen, and the step
+  // the stages resumed at; the first step completed at or after it ends
+  // the recovery (0 / -1: none running).
+  int64_t recovering_since_ms = 0;
+  int64_t resume_step = -1;
+  // A job restored by a restarted scheduler must hear from every stage of
+  // its current configuration by then (0: not waiting); see
+  // ReattachFailure.
+  int64_t reattach_by_ms = 0;
+  // Checkpoints (job_checkpoints.cc): the boundary the stages were asked to
+  // snapshot at (-1: none; -2: being asked), a fetch running, the last
+  // committed checkpoint's step and when the job last checkpointed (or
+  // started), and a checkpoint asked for by a user.
+  int64_t snapshot_step = -1;
+  bool checkpoint_in_flight = false;
+  int64_t last_checkpoint_step = 0;
+  int64_t last_checkpoint_ms = 0;
+  // Elastic growth (job_growth.cc): the committed checkpoint's step when
+  // idle workers were first seen (-1: none idle), the job being judged at
+  // the next one; the idle workers last judged not worth taking in (not
+  // judged again until they change); the job resumes after a growth, not a
+  // recovery (no recovery time is recorded).
+  int64_t growth_after_step = -1;
+  std::string growth_declined_for;
+  bool resuming_after_growth = false;
   // An action (start, finish, fail, reset, pause, resume, cancel, evaluate)
   // drives the job's stages off the lock; no other action may begin.
   bool busy = false;
@@ -65,9 +93,10 @@ class JobTable {
   const std::vector<std::string>& ids() const { return order_; }
   size_t size() const { return order_.size(); }
 
-  // Moves `record` to `to` when the state machine allows it (and queues
-  // it); FailedPrecondition naming both states otherwise, with nothing
-  // changed.
+  // Moves `record` to `to` when the state machine allows it, appends the
+  // event the move means (job_events.h; a failure's carries job.error(),
+  // so set it first) and queues it; FailedPrecondition naming both states
+  // otherwise, with nothing changed.
   absl::Status Transition(JobRecord* record, v1::JobState to, int64_t now_ms);
   // Sets the plan (one empty report per stage) and queues it.
   void SetPlan(JobRecord* record, v1::Plan plan);

@@ -181,6 +181,7 @@ v1::PlannedStage* AddStage(const v1::WorkerInfo& worker, int stage,
   p->set_stage(stage);
   p->set_worker_id(worker.id());
   p->set_worker_address(worker.address());
+  p->set_worker_identity(worker.identity());
   p->set_memory_limit_bytes(worker.memory_bytes());
   return p;
 }

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/secret.h"
 #include "common/status_macros.h"
 #include "scheduler/job_progress.h"
 #include "scheduler/job_state.h"
@@ -24,6 +25,13 @@ int64_t SystemNowMs() {
       .count();
 }
 
+// A name for this run of the scheduler: random, or the start time when the
+// system's random source fails (any value that changes between runs does).
+std::string NewInstanceName() {
+  absl::StatusOr<std::string> random = RandomSecret(8);
+  return random.ok() ? *random : absl::StrCat("t", SystemNowMs());
+}
+
 }  // namespace
 
 SchedulerCore::SchedulerCore(const SchedulerOptions& options,
@@ -31,6 +39,7 @@ SchedulerCore::SchedulerCore(const SchedulerOptions& options,
                              MetricsRegistry* metrics,
                              std::unique_ptr<StateStore> store)
     : options_(options),
+      instance_(NewInstanceName()),
       control_(control),
       model_(model),
       metrics_(metrics),
@@ -71,14 +80,19 @@ absl::Status SchedulerCore::Init() {
   RegisterMetrics();
   if (store_ == nullptr) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<v1::WorkerInfo> workers, store_->LoadWorkers());
-  registry_.Load(std::move(workers), Now());
+  // Workers get one extra lease to find a restarted scheduler (its own
+  // start, their reconnect backoff) before they count as lost.
+  registry_.Load(
+      std::move(workers),
+      Now() + static_cast<int64_t>(1000.0 * options_.registry.lease_seconds));
   RETURN_IF_ERROR(RestoreJobs());
   Flush();
   return absl::OkStatus();
 }
 
 // Jobs keep their state: running ones are followed through their workers'
-// heartbeats (stages train on while the scheduler is away); a PLANNING one
+// heartbeats (stages train on while the scheduler is away) or, when their
+// stages cannot be re-attached, recovered; a PLANNING one
 // is reset by the first tick. Workers assigned to a job that no longer runs
 // (a crash between ending the job and freeing them) are freed.
 absl::Status SchedulerCore::RestoreJobs() {
@@ -93,6 +107,8 @@ absl::Status SchedulerCore::RestoreJobs() {
   {
     absl::MutexLock lock(&mu_);
     jobs_.Restore(std::move(jobs), std::move(plans));
+    for (const std::string& id : jobs_.ids())
+      FollowRestoredJob(*jobs_.Find(id));
   }
   for (const v1::WorkerInfo& w : registry_.List()) {
     if (w.job_id().empty()) continue;
@@ -106,6 +122,21 @@ absl::Status SchedulerCore::RestoreJobs() {
   PT_LOG(INFO) << "scheduler state loaded: " << states.size() << " jobs, "
                << registry_.List().size() << " workers";
   return absl::OkStatus();
+}
+
+// A running or paused job's stages are re-attached from their heartbeats
+// (ReattachFailure gives them a few leases); checkpoints go on after the
+// last committed one, so no boundary is fetched twice.
+void SchedulerCore::FollowRestoredJob(JobRecord* r) {
+  const v1::JobState state = r->job.state();
+  if (state != v1::JOB_STATE_RUNNING && state != v1::JOB_STATE_PAUSED) return;
+  if (!r->plan.has_value()) return;
+  r->reattach_by_ms = Now() + 2 * FailureGraceMs();
+  r->last_checkpoint_ms = Now();
+  if (options_.checkpoints == nullptr) return;
+  absl::StatusOr<CheckpointInfo> latest =
+      options_.checkpoints->Latest(r->job.id());
+  if (latest.ok()) r->last_checkpoint_step = latest->step;
 }
 
 void SchedulerCore::Loop() {
@@ -138,15 +169,23 @@ void SchedulerCore::Flush() {
 // ---- Workers ----
 
 absl::StatusOr<v1::RegisterWorkerResponse> SchedulerCore::RegisterWorker(
-    const v1::RegisterWorkerRequest& request) {
-  return registry_.Register(request.worker(), Now());
+    const v1::RegisterWorkerRequest& request,
+    const WorkerAdmission& admission) {
+  return registry_.Register(request.worker(), Now(), admission);
 }
 
 absl::StatusOr<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
-    const v1::HeartbeatRequest& request) {
+    const v1::HeartbeatRequest& request, const std::string& identity) {
   v1::HeartbeatResponse out;
+  out.set_scheduler_instance(instance_);
   const int64_t now = Now();
-  if (!registry_.Heartbeat(request.worker_id(), now)) {
+  const absl::Status caller = registry_.CheckCaller(
+      request.worker_id(), identity, request.worker_secret());
+  if (caller.code() == absl::StatusCode::kPermissionDenied) {
+    PT_LOG(WARNING) << "refused a heartbeat: " << caller.message();
+    return caller;
+  }
+  if (!caller.ok() || !registry_.Heartbeat(request.worker_id(), now)) {
     out.set_register_again(true);
     return out;
   }
@@ -159,7 +198,11 @@ absl::StatusOr<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
   if (!effects.ledger.empty()) {
     writer_.AppendVersions((*record)->job.id(), effects.ledger);
   }
-  if (!effects.ledger.empty() || effects.new_evaluations > 0) {
+  if (effects.recovery_seconds >= 0 && recovery_seconds_ != nullptr) {
+    recovery_seconds_->Observe(effects.recovery_seconds);
+  }
+  if (!effects.ledger.empty() || effects.new_evaluations > 0 ||
+      effects.recovery_seconds >= 0) {
     jobs_.Save(**record);
   }
   return out;
@@ -172,6 +215,13 @@ absl::StatusOr<v1::ListWorkersResponse> SchedulerCore::ListWorkers(
   return out;
 }
 
+absl::StatusOr<v1::RemoveWorkerResponse> SchedulerCore::RemoveWorker(
+    const v1::RemoveWorkerRequest& request) {
+  RETURN_IF_ERROR(registry_.Remove(request.worker_id()));
+  PT_LOG(INFO) << "worker " << request.worker_id() << " removed";
+  return v1::RemoveWorkerResponse();
+}
+
 // ---- Users ----
 
 absl::StatusOr<v1::Job> SchedulerCore::SubmitJob(
@@ -182,6 +232,11 @@ absl::StatusOr<v1::Job> SchedulerCore::SubmitJob(
   }
   RETURN_IF_ERROR(model_->Validate(spec.training()));
   RETURN_IF_ERROR(CheckJobSpec(spec, registry_.CountAlive()));
+  // A bad initFrom is the submitter's to fix now, not a failed job later
+  // (the source is read again when the job starts).
+  if (!spec.training().init_from().empty()) {
+    RETURN_IF_ERROR(LoadInitFrom(spec).status());
+  }
   v1::Job out;
   {
     absl::MutexLock lock(&mu_);
@@ -233,6 +288,7 @@ absl::StatusOr<v1::GetVersionsResponse> SchedulerCore::GetVersions(
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(JobRecord * record, jobs_.Find(r.job_id()));
     out.set_committed_version(record->job.committed_version());
+    *out.mutable_rollbacks() = record->job.rollbacks();
     for (const v1::StageReport& report : record->reports) {
       out.add_stage_versions(report.status().weight_version());
       out.add_stage_stash_depths(report.status().stash_depth());

@@ -44,9 +44,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/metrics.h"
+#include "common/metrics_registry.h"
 #include "pipetrain/v1/scheduler.pb.h"
 #include "scheduler/action_runner.h"
+#include "scheduler/checkpoint_store.h"
+#include "scheduler/elastic_growth.h"
 #include "scheduler/interfaces.h"
 #include "scheduler/job_table.h"
 #include "scheduler/planner.h"
@@ -72,6 +74,15 @@ struct SchedulerOptions {
   // one job's evaluation never holds up another job. Off: Tick runs them
   // before it returns.
   bool action_threads = true;
+  // Where committed checkpoints live (borrowed, must outlive the core);
+  // null: the scheduler takes no checkpoints and recovers from step 0.
+  CheckpointStore* checkpoints = nullptr;
+  // Jobs with checkpoint_every 0 checkpoint this often (seconds of
+  // training).
+  double checkpoint_interval_seconds = 60;
+  // Where TrainingSpec.init_from files may come from (a path in the spec is
+  // taken relative to it, and must resolve inside it); empty: none may.
+  std::string models_dir;
   // Wall-clock milliseconds since the Unix epoch (leases, timestamps);
   // unset means the system clock.
   std::function<int64_t()> now_ms;
@@ -88,12 +99,21 @@ class SchedulerCore {
   ~SchedulerCore();
 
   // Workers.
+  // `admission` says who is calling (see WorkerRegistry::Register); the
+  // defaults are for callers without a network edge (tests).
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
-      const v1::RegisterWorkerRequest& request);
+      const v1::RegisterWorkerRequest& request,
+      const WorkerAdmission& admission = {});
+  // PermissionDenied when the caller is not the worker that registered the
+  // id (`identity` as in WorkerAdmission); register_again when the id is
+  // unknown.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
-      const v1::HeartbeatRequest& request);
+      const v1::HeartbeatRequest& request, const std::string& identity = "");
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers(
       const v1::ListWorkersRequest& request);
+  // Forgets a worker that left for good (see WorkerRegistry::Remove).
+  absl::StatusOr<v1::RemoveWorkerResponse> RemoveWorker(
+      const v1::RemoveWorkerRequest& request);
 
   // Users. A submitted job is written to disk by the next tick.
   absl::StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request);
@@ -115,6 +135,21 @@ class SchedulerCore {
   // latest evaluation). FailedPrecondition for a job whose stages train
   // (pause it first) or hold nothing (not started, failed, cancelled).
   absl::StatusOr<v1::EvalResult> Evaluate(const v1::EvaluateRequest& request);
+  // Checkpoints (job_checkpoints.cc). Committed ones, oldest first.
+  absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
+      const v1::ListCheckpointsRequest& request);
+  // Asks every stage of a RUNNING job to snapshot just ahead of stage 0;
+  // the checkpoint is written in the background once all passed that step.
+  // FailedPrecondition without a checkpoint store or for a job not
+  // running; Unavailable while one is being taken.
+  absl::StatusOr<v1::CheckpointJobResponse> CheckpointJob(
+      const v1::CheckpointJobRequest& request);
+  // The model export (one safetensors file: every layer's parameters, the
+  // spec, step and version in its metadata) of committed checkpoint
+  // request.version (0: the latest), in pieces to `sink`. NotFound for a
+  // job or version that has none; FailedPrecondition without a store.
+  absl::Status ExportModel(const v1::ExportModelRequest& request,
+                           const ByteSink& sink);
   // Every stage's recent trace, merged, also as Chrome trace JSON.
   absl::StatusOr<v1::GetJobTraceResponse> GetJobTrace(
       const v1::GetJobTraceRequest& request);
@@ -129,11 +164,31 @@ class SchedulerCore {
   bool ready() const { return ready_.load(); }
 
  private:
-  enum class ActionKind { kStartPending, kFinish, kFail, kReset };
+  enum class ActionKind {
+    kStartPending,
+    kFinish,
+    kFail,
+    kReset,
+    kRecover,
+    kRequestSnapshot,
+    kFetchCheckpoint,
+    kGrow
+  };
   struct Action {
     ActionKind kind;
     std::string job_id;  // empty for kStartPending
-    std::string why;     // kFail
+    std::string why;     // kFail, kRecover
+    int64_t step = 0;    // kFetchCheckpoint
+  };
+  // Where a recovered job resumes (job_recovery.cc).
+  struct ResumePoint {
+    int64_t step = 0;
+    int64_t version = 0;
+    // Empty without a checkpoint: the seeded initialization.
+    std::vector<StateTensor> state;
+    StageStateInfo info;
+    // e.g. "checkpoint 3 at step 40", "the seeded initialization".
+    std::string source;
   };
 
   SchedulerCore(const SchedulerOptions& options, StageControl* control,
@@ -141,6 +196,7 @@ class SchedulerCore {
                 std::unique_ptr<StateStore> store);
   absl::Status Init();
   absl::Status RestoreJobs();
+  void FollowRestoredJob(JobRecord* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
   int64_t Now() const;
   // How long a stage failure blamed on an unreachable neighbour waits for
@@ -178,6 +234,74 @@ class SchedulerCore {
   void FinishJob(const std::string& job_id);
   void FailJob(const std::string& job_id, const std::string& why);
   void ResetLaunch(const std::string& job_id);
+  // Recovery (job_recovery.cc): stops the job's stages, puts spares in the
+  // lost workers' places or re-plans on the workers left, and launches
+  // every stage from the latest checkpoint (or step 0). A recovery that
+  // cannot launch leaves record->recover_why set for the next tick.
+  void RecoverJob(const std::string& job_id, const std::string& why);
+  void EndPausedRecovery(const std::string& job_id);
+  // The plan to resume on; sets *replanned when the stage count or cut
+  // changed. Unavailable when no worker can take the job now.
+  absl::StatusOr<v1::Plan> RepairPlan(const v1::Job& job, const v1::Plan& old,
+                                      bool* replanned);
+  absl::StatusOr<v1::Plan> Replan(const v1::Job& job,
+                                  std::vector<v1::WorkerInfo> workers);
+  absl::StatusOr<ResumePoint> LoadResumePoint(const v1::Job& job);
+  // The state a job's init_from names (job_init_from.cc): an export's
+  // parameters at step 0, or a checkpoint's whole state at its step. Errors
+  // name the init_from value and what is wrong with it.
+  absl::StatusOr<ResumePoint> LoadInitFrom(const v1::JobSpec& spec)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A job launched from `init`: its progress starts at that step, and a
+  // "latest checkpoint" source is pinned to the version loaded, so that a
+  // recovery before the job's own first checkpoint reloads the same state.
+  void NoteInitialState(const ResumePoint& init, JobRecord* r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits the weights after a finished job's last step as a checkpoint
+  // (unless checkpoints are off or one is there), so that an export
+  // without a version is the trained model. Logs what it could not do.
+  void TakeFinalCheckpoint(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Checkpoint coordination (job_checkpoints.cc). The checkpoint action a
+  // running job is due, if any (they do not make the job busy: training
+  // goes on); marks it in flight.
+  std::optional<Action> CheckpointDue(JobRecord* r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Snapshot on every stage at a step just ahead of stage 0 (higher on
+  // FailedPrecondition); returns the step.
+  absl::StatusOr<int64_t> RequestSnapshots(const std::string& job_id);
+  void RequestSnapshotAction(const std::string& job_id);
+  // Fetches every stage's snapshot of `step`, writes it layer by layer and
+  // commits it.
+  void FetchCheckpoint(const std::string& job_id, int64_t step);
+  absl::StatusOr<v1::CheckpointInfo> WriteCheckpoint(const std::string& job_id,
+                                                     const v1::Plan& plan,
+                                                     const v1::JobSpec& spec,
+                                                     int64_t step);
+  // Elastic growth (job_growth.cc). The growth action a running job is
+  // due (idle workers seen and a checkpoint committed since), if any; marks
+  // the job busy.
+  std::optional<Action> GrowthDue(JobRecord* r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Profiles on joining[0] and asks the planner (elastic_growth.h).
+  absl::StatusOr<GrowthProposal> ProposeGrowthFor(
+      const v1::Job& job, const v1::Plan& plan,
+      const std::vector<v1::WorkerInfo>& joining);
+  // Takes the idle workers in when the predicted gain is large enough:
+  // stops the stages and launches the new plan from the latest checkpoint.
+  void GrowJob(const std::string& job_id);
+  void InstallGrowthPlan(const std::string& job_id,
+                         const GrowthProposal& proposal,
+                         const ResumePoint& resume, int old_stages);
+  // What a recovery and a growth both record before the stages are
+  // configured again: the rollback to `resume` in the version ledger, the
+  // new plan and attempt, and progress reset to the resume step.
+  void RollBackToPlan(JobRecord* r, const v1::Plan& plan,
+                      const ResumePoint& resume)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the plan, the rollback and the resume step in the job's record.
+  void InstallRecoveryPlan(const std::string& job_id, const v1::Plan& plan,
+                           const ResumePoint& resume, bool replanned,
+                           int old_stages);
   // Ends an action: moves the job to `to` when given (an illegal edge is
   // logged and skipped), sets the error when given, clears busy, then
   // writes the state.
@@ -197,13 +321,20 @@ class SchedulerCore {
 
   // Constant after construction.
   const SchedulerOptions options_;
+  // HeartbeatResponse.scheduler_instance: random for each process.
+  const std::string instance_;
   StageControl* const control_;              // borrowed
   ModelSupport* const model_;                // borrowed
   MetricsRegistry* const metrics_;           // borrowed, may be null
   const std::unique_ptr<StateStore> store_;  // null: state in memory only
   StateWriter writer_;
   WorkerRegistry registry_;
-  Histogram* planning_seconds_ = nullptr;  // set by Init
+  Histogram* planning_seconds_ = nullptr;    // set by Init
+  Counter* recoveries_ = nullptr;            // set by Init
+  Histogram* recovery_seconds_ = nullptr;    // set by Init
+  Counter* checkpoints_written_ = nullptr;   // set by Init
+  Counter* checkpoint_bytes_ = nullptr;      // set by Init
+  Histogram* checkpoint_seconds_ = nullptr;  // set by Init
 
   mutable absl::Mutex mu_;
   absl::CondVar wake_;  // wakes the control loop early

@@ -243,9 +243,15 @@ TEST_F(SchedulerCoreTest, AFailedLaunchFailsTheJobAndFreesItsWorkers) {
   EXPECT_TRUE(AllIdle());
 }
 
+// Without restarts (maxRestarts -1) a loss ends the job; recovery is in
+// scheduler_core_recovery_test.cc.
 TEST_F(SchedulerCoreTest, AWorkerLostMidJobFailsItWithTheReason) {
   Start();
-  const v1::Job job = RunningJob(10);
+  AddWorkers(3);
+  v1::JobSpec spec = Spec(3, 10);
+  spec.mutable_training()->set_max_restarts(-1);
+  const v1::Job job = Submit(spec);
+  core_->Tick();
   Train(2);
   std::string lost_id;
   v1::GetPlanRequest plan_request;
@@ -269,7 +275,11 @@ TEST_F(SchedulerCoreTest, AWorkerLostMidJobFailsItWithTheReason) {
 
 TEST_F(SchedulerCoreTest, AStageReportingFailureFailsTheJob) {
   Start();
-  const v1::Job job = RunningJob(10);
+  AddWorkers(3);
+  v1::JobSpec spec = Spec(3, 10);
+  spec.mutable_training()->set_max_restarts(-1);
+  const v1::Job job = Submit(spec);
+  core_->Tick();
   control_.FailStage(PlannedAddresses(job.id())[2], "out of memory");
   Train(1);
   const v1::Job failed = Job(job.id());

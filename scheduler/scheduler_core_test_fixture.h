@@ -19,6 +19,7 @@
 #include "common/temp_dir_for_test.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/checkpoint_store.h"
 #include "scheduler/fake_stage_control.h"
 #include "scheduler/scheduler_core.h"
 
@@ -76,6 +77,8 @@ class SchedulerCoreTest : public ::testing::Test {
     options.control_thread = false;
     options.action_threads = action_threads;
     options.now_ms = [this] { return now_ms_.load(); };
+    options.checkpoints = checkpoints_;
+    options.registry.lost_expiry_seconds = lost_expiry_seconds_;
     auto core = SchedulerCore::Create(options, control, &model_, metrics);
     EXPECT_TRUE(core.ok()) << core.status();
     return core.ok() ? std::move(*core) : nullptr;
@@ -192,7 +195,52 @@ class SchedulerCoreTest : public ::testing::Test {
     return out;
   }
 
+  v1::Plan PlanOf(const std::string& job_id) {
+    v1::GetPlanRequest r;
+    r.set_job_id(job_id);
+    auto plan = core_->GetPlan(r);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? *plan : v1::Plan();
+  }
+
+  // The worker of `stage` dies: it answers nothing, stops heartbeating and
+  // misses its lease; the next tick sees it. Returns its id.
+  std::string KillStage(const std::string& job_id, int stage) {
+    const v1::PlannedStage s = PlanOf(job_id).stages(stage);
+    control_.Kill(s.worker_address());
+    workers_.erase(s.worker_id());
+    now_ms_ += kLeaseMs + 1;
+    Heartbeats();
+    core_->Tick();
+    return s.worker_id();
+  }
+
+  std::vector<v1::JobEventKind> EventKinds(const v1::Job& job) {
+    std::vector<v1::JobEventKind> out;
+    for (const v1::JobEvent& e : job.events()) out.push_back(e.kind());
+    return out;
+  }
+
+  std::vector<FakeStageControl::Call> ConfiguresSince(size_t n) {
+    const auto all = control_.CallsOf(Method::kConfigure);
+    return {all.begin() + n, all.end()};
+  }
+
+  v1::Job RunningJobOn(int workers, int stages, int64_t steps,
+                       int max_restarts = 0) {
+    AddWorkers(workers);
+    v1::JobSpec spec = Spec(stages, steps);
+    spec.mutable_training()->set_max_restarts(max_restarts);
+    const v1::Job job = Submit(spec);
+    core_->Tick();
+    EXPECT_EQ(Job(job.id()).state(), v1::JOB_STATE_RUNNING);
+    return Job(job.id());
+  }
+
   std::atomic<int64_t> now_ms_{1'000'000};
+  // Given to cores MakeCore builds when set (borrowed).
+  CheckpointStore* checkpoints_ = nullptr;
+  double lost_expiry_seconds_ = 0;
   FakeStageControl control_;
   FakeModelSupport model_;
   MetricsRegistry metrics_;

@@ -1,6 +1,6 @@
 // SchedulerCore's metrics: workers and jobs by state, committed versions,
-// the latest evaluation of each job, planning time. Gauges are computed at
-// scrape time from the registry and the job table.
+// the latest evaluation of each job, planning time, recoveries, checkpoints.
+// Gauges are computed at scrape time from the registry and the job table.
 #include <map>
 
 #include "common/logging.h"
@@ -47,6 +47,32 @@ void SchedulerCore::RegisterMetrics() {
                              "Time to profile and plan a job's partition.",
                              ExponentialBuckets(0.001, 4, 8));
   results.push_back(planning.status());
+  auto recoveries = metrics_->GetCounter(
+      "pipetrain_scheduler_recoveries_total",
+      "Recoveries of jobs from lost workers or failed stages.");
+  results.push_back(recoveries.status());
+  if (recoveries.ok()) recoveries_ = *recoveries;
+  auto recovery = metrics_->GetHistogram(
+      "pipetrain_scheduler_recovery_seconds",
+      "Time from a lost worker or failed stage to the next completed step.",
+      ExponentialBuckets(0.25, 2, 10));
+  results.push_back(recovery.status());
+  if (recovery.ok()) recovery_seconds_ = *recovery;
+  auto written = metrics_->GetCounter("pipetrain_scheduler_checkpoints_total",
+                                      "Checkpoints committed.");
+  results.push_back(written.status());
+  if (written.ok()) checkpoints_written_ = *written;
+  auto bytes =
+      metrics_->GetCounter("pipetrain_scheduler_checkpoint_bytes_total",
+                           "Bytes of committed checkpoints.");
+  results.push_back(bytes.status());
+  if (bytes.ok()) checkpoint_bytes_ = *bytes;
+  auto seconds = metrics_->GetHistogram(
+      "pipetrain_scheduler_checkpoint_seconds",
+      "Time to fetch, write and commit a checkpoint (training goes on).",
+      ExponentialBuckets(0.01, 4, 8));
+  results.push_back(seconds.status());
+  if (seconds.ok()) checkpoint_seconds_ = *seconds;
   for (const absl::Status& s : results) {
     if (!s.ok()) PT_LOG(ERROR) << "scheduler metrics: " << s;
   }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "scheduler/recovery_plan.h"
 
 namespace pipetrain {
 namespace {
@@ -36,12 +37,17 @@ std::vector<v1::StageConfig> StageConfigs(const std::string& job_id,
     config.set_layer_begin(stage.layer_begin());
     config.set_layer_end(stage.layer_end());
     if (s + 1 < k) config.set_downstream(plan.stages(s + 1).worker_address());
+    // The one peer allowed to stream to this stage.
+    if (s > 0)
+      config.set_upstream_identity(plan.stages(s - 1).worker_identity());
     if (stage.chunks_size() > 0) {
       // Chunk c of worker s feeds chunk c (or c + 1, from the last worker)
       // of the next worker, so the last one links to the first.
       config.set_virtual_stages(stage.chunks_size());
       *config.mutable_chunks() = stage.chunks();
       config.set_downstream(plan.stages((s + 1) % k).worker_address());
+      config.set_upstream_identity(
+          plan.stages((s + k - 1) % k).worker_identity());
     }
     config.set_schedule(spec.schedule());
     config.set_wire_dtype(spec.wire_dtype());
@@ -59,9 +65,15 @@ absl::StatusOr<int64_t> LaunchStages(StageControl* control,
                                      const std::string& job_id,
                                      const v1::JobSpec& spec,
                                      const v1::Plan& plan,
-                                     double recv_timeout_seconds) {
-  const std::vector<v1::StageConfig> configs =
+                                     double recv_timeout_seconds,
+                                     const StageStart& start) {
+  std::vector<v1::StageConfig> configs =
       StageConfigs(job_id, spec, plan, recv_timeout_seconds);
+  for (v1::StageConfig& c : configs) {
+    c.set_start_step(start.step);
+    c.set_restore_expected(start.state != nullptr);
+    c.set_attempt(start.attempt);
+  }
   int64_t steps_per_epoch = 0;
   for (int s = plan.stages_size() - 1; s >= 0; --s) {
     const std::string& address = plan.stages(s).worker_address();
@@ -70,8 +82,14 @@ absl::StatusOr<int64_t> LaunchStages(StageControl* control,
     if (!r.ok()) return AtStage(r.status(), s, address);
     if (s == 0) steps_per_epoch = r->steps_per_epoch();
   }
+  for (int s = 0; start.state != nullptr && s < plan.stages_size(); ++s) {
+    const std::string& address = plan.stages(s).worker_address();
+    absl::StatusOr<int64_t> r = control->RestoreState(
+        address, job_id, start.info, StateForStage(*start.state, configs[s]));
+    if (!r.ok()) return AtStage(r.status(), s, address);
+  }
   const int64_t total = TotalSteps(spec.training(), steps_per_epoch);
-  for (int s = plan.stages_size() - 1; s >= 0; --s) {
+  for (int s = plan.stages_size() - 1; start.train && s >= 0; --s) {
     const std::string& address = plan.stages(s).worker_address();
     absl::StatusOr<int64_t> r = control->Train(address, job_id, total);
     if (!r.ok()) return AtStage(r.status(), s, address);

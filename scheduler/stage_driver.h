@@ -30,14 +30,31 @@ std::vector<v1::StageConfig> StageConfigs(const std::string& job_id,
 // steps_per_epoch.
 int64_t TotalSteps(const v1::TrainingSpec& spec, int64_t steps_per_epoch);
 
+// Where a launch starts: step 0 with the seeded initialization, or a
+// saved state (a checkpoint, or an initFrom file) at its step.
+struct StageStart {
+  int64_t step = 0;
+  // Restored into every stage (its own layers) when set; borrowed.
+  const std::vector<StateTensor>* state = nullptr;
+  StageStateInfo info;
+  // StageConfig.attempt: Job.attempt, the job's relaunches so far.
+  int64_t attempt = 0;
+  // False: configure (and restore) only; the stages wait for Train (a
+  // paused job recovered stays paused).
+  bool train = true;
+};
+
 // Configures every stage, last first (so each downstream listens before its
-// upstream dials), then starts them training until the total, last first.
-// Returns the total steps; the first failing call's error, naming the stage.
+// upstream dials) with start_step = start.step; with a state, every stage
+// expects a restore and gets its layers' tensors; then (when start.train)
+// starts them training until the total, last first. Returns the total steps;
+// the first failing call's error, naming the stage.
 absl::StatusOr<int64_t> LaunchStages(StageControl* control,
                                      const std::string& job_id,
                                      const v1::JobSpec& spec,
                                      const v1::Plan& plan,
-                                     double recv_timeout_seconds);
+                                     double recv_timeout_seconds,
+                                     const StageStart& start = {});
 
 // Pauses at a step boundary: stage 0 answers the step after the one it is
 // in, a target every later stage can still reach, and the others get it.

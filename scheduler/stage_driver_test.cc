@@ -136,6 +136,19 @@ class SkewedStages : public StageControl {
                                                 int64_t) override {
     return absl::UnimplementedError("not called by the pause test");
   }
+  absl::StatusOr<int64_t> Snapshot(const std::string&, const std::string&,
+                                   int64_t) override {
+    return absl::UnimplementedError("not called by the pause test");
+  }
+  absl::Status FetchSnapshot(const std::string&, const std::string&, int64_t,
+                             const StageStateSink&) override {
+    return absl::UnimplementedError("not called by the pause test");
+  }
+  absl::StatusOr<int64_t> RestoreState(
+      const std::string&, const std::string&, const StageStateInfo&,
+      const std::vector<StateTensor>&) override {
+    return absl::UnimplementedError("not called by the pause test");
+  }
   std::map<std::string, int64_t> targets;
 };
 

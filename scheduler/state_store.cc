@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "scheduler/sqlite_status.h"
 
 namespace pipetrain {
 namespace {
@@ -32,24 +33,6 @@ constexpr char kSchemaV1[] =
     "  job_id TEXT, stage INTEGER, step INTEGER, weight_version INTEGER,"
     "  unix_ms INTEGER, PRIMARY KEY(job_id, stage, step));"
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);";
-
-// What the caller should do about a sqlite result code (house rule 3).
-absl::StatusCode CodeFor(int rc) {
-  switch (rc & 0xff) {  // primary code of an extended one
-    case SQLITE_IOERR:
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-    case SQLITE_CANTOPEN:
-    case SQLITE_FULL:
-    case SQLITE_PROTOCOL:
-      return absl::StatusCode::kUnavailable;
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-      return absl::StatusCode::kDataLoss;
-    default:
-      return absl::StatusCode::kInternal;
-  }
-}
 
 struct StatementDeleter {
   void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
@@ -103,6 +86,7 @@ class StateStore::Impl {
   absl::Status PutJob(const v1::Job& job) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<v1::Job>> LoadJobs() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status PutWorker(const v1::WorkerInfo& worker) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DeleteWorker(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<v1::WorkerInfo>> LoadWorkers()
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status PutPlan(const v1::Plan& plan) ABSL_LOCKS_EXCLUDED(mu_);
@@ -122,7 +106,7 @@ class StateStore::Impl {
   struct Statements {
     Statement begin, commit, rollback;
     Statement put_job, load_jobs;
-    Statement put_worker, load_workers;
+    Statement put_worker, load_workers, delete_worker;
     Statement put_plan, load_plan;
     Statement put_version, load_versions;
     Statement put_meta, get_meta;
@@ -177,8 +161,9 @@ class StateStore::Impl {
 };
 
 absl::Status StateStore::Impl::Error(int rc, absl::string_view op) const {
-  return absl::Status(CodeFor(rc), absl::StrCat("StateStore ", db_path_, ": ",
-                                                op, ": ", sqlite3_errmsg(db_)));
+  return absl::Status(SqliteStatusCode(rc),
+                      absl::StrCat("StateStore ", db_path_, ": ", op, ": ",
+                                   sqlite3_errmsg(db_)));
 }
 
 absl::StatusOr<std::unique_ptr<StateStore::Impl>> StateStore::Impl::Open(
@@ -275,6 +260,7 @@ absl::Status StateStore::Impl::PrepareAll() {
               &s.put_worker));
   RETURN_IF_ERROR(
       Prepare("SELECT id, record FROM workers ORDER BY id", &s.load_workers));
+  RETURN_IF_ERROR(Prepare("DELETE FROM workers WHERE id=?1", &s.delete_worker));
   RETURN_IF_ERROR(
       Prepare("INSERT INTO plans(job_id, record) VALUES(?1, ?2) "
               "ON CONFLICT(job_id) DO UPDATE SET record=excluded.record",
@@ -400,6 +386,13 @@ absl::Status StateStore::Impl::PutWorker(const v1::WorkerInfo& worker) {
   absl::MutexLock lock(&mu_);
   StatementUse use(stmts_.put_worker.get());
   return PutRecord(use.get(), worker.id(), worker, "PutWorker");
+}
+
+absl::Status StateStore::Impl::DeleteWorker(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  StatementUse use(stmts_.delete_worker.get());
+  RETURN_IF_ERROR(BindText(use.get(), 1, id, "DeleteWorker"));
+  return StepDone(use.get(), "DeleteWorker");
 }
 
 absl::StatusOr<std::vector<v1::WorkerInfo>> StateStore::Impl::LoadWorkers() {
@@ -532,6 +525,9 @@ absl::StatusOr<std::vector<v1::Job>> StateStore::LoadJobs() const {
 }
 absl::Status StateStore::PutWorker(const v1::WorkerInfo& worker) {
   return impl_->PutWorker(worker);
+}
+absl::Status StateStore::DeleteWorker(const std::string& id) {
+  return impl_->DeleteWorker(id);
 }
 absl::StatusOr<std::vector<v1::WorkerInfo>> StateStore::LoadWorkers() const {
   return impl_->LoadWorkers();

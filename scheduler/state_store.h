@@ -42,6 +42,8 @@ class StateStore {
   // By created_unix_ms, ties in the order first stored.
   absl::StatusOr<std::vector<v1::Job>> LoadJobs() const;
   absl::Status PutWorker(const v1::WorkerInfo& worker);
+  // Forgets a worker (no error when unknown).
+  absl::Status DeleteWorker(const std::string& id);
   absl::StatusOr<std::vector<v1::WorkerInfo>> LoadWorkers() const;  // by id
   absl::Status PutPlan(const v1::Plan& plan);  // one per job
   absl::StatusOr<std::optional<v1::Plan>> LoadPlan(

@@ -26,6 +26,12 @@ void StateWriter::PutWorker(const v1::WorkerInfo& worker) {
   queue_.workers[worker.id()] = worker;
 }
 
+void StateWriter::RemoveWorker(const std::string& id) {
+  if (store_ == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  queue_.workers[id] = std::nullopt;
+}
+
 void StateWriter::AppendVersions(const std::string& job_id,
                                  const std::vector<v1::VersionEntry>& entries) {
   if (store_ == nullptr || entries.empty()) return;
@@ -74,7 +80,10 @@ absl::Status StateWriter::WriteAll(Queue* queue) {
     it = ok ? queue->jobs.erase(it) : std::next(it);
   }
   for (auto it = queue->workers.begin(); it != queue->workers.end();) {
-    const bool ok = note(store_->PutWorker(it->second), "worker " + it->first);
+    const bool ok =
+        note(it->second.has_value() ? store_->PutWorker(*it->second)
+                                    : store_->DeleteWorker(it->first),
+             "worker " + it->first);
     it = ok ? queue->workers.erase(it) : std::next(it);
   }
   for (auto it = queue->versions.begin(); it != queue->versions.end();) {

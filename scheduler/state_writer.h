@@ -16,6 +16,7 @@
 #define PIPETRAIN_SCHEDULER_STATE_WRITER_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,8 @@ class StateWriter {
   void PutJob(const v1::Job& job);
   void PutPlan(const v1::Plan& plan);
   void PutWorker(const v1::WorkerInfo& worker);
+  // Deletes the worker's record (replacing a queued put).
+  void RemoveWorker(const std::string& id);
   void AppendVersions(const std::string& job_id,
                       const std::vector<v1::VersionEntry>& entries);
 
@@ -50,7 +53,8 @@ class StateWriter {
   struct Queue {
     std::map<std::string, v1::Job> jobs;
     std::map<std::string, v1::Plan> plans;
-    std::map<std::string, v1::WorkerInfo> workers;
+    // nullopt: delete the record.
+    std::map<std::string, std::optional<v1::WorkerInfo>> workers;
     std::map<std::string, std::vector<v1::VersionEntry>> versions;
   };
   absl::Status WriteAll(Queue* queue);

@@ -1,7 +1,10 @@
 #include "scheduler/worker_registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/secret.h"
 #include "common/status_macros.h"
 
 namespace pipetrain {
@@ -28,34 +31,80 @@ void WorkerRegistry::Load(std::vector<v1::WorkerInfo> loaded, int64_t now_ms) {
 }
 
 absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
-    v1::WorkerInfo info, int64_t now_ms) {
+    v1::WorkerInfo info, int64_t now_ms, const WorkerAdmission& admission) {
   if (info.address().empty()) {
     return absl::InvalidArgumentError(
         "worker.address: missing (the host:port the scheduler dials)");
   }
   absl::MutexLock lock(&mu_);
-  if (info.id().empty()) info.set_id(absl::StrCat("w-", next_id_++));
+  if (info.id().empty()) {
+    // Skip ids taken by workers that chose their own.
+    do {
+      info.set_id(absl::StrCat("w-", next_id_++));
+    } while (workers_.count(info.id()));
+  }
   auto it = workers_.find(info.id());
   if (it == workers_.end()) {
     order_.push_back(info.id());
     info.set_registered_unix_ms(now_ms);
   } else {
+    auto secret = secrets_.find(info.id());
+    const bool proven =
+        admission.identity_verified || secret == secrets_.end() ||
+        ConstantTimeEquals(secret->second, admission.presented_secret);
+    if (it->second.identity() != admission.identity || !proven) {
+      PT_LOG(WARNING) << "refused to re-register worker " << info.id()
+                      << " for " << admission.identity << ": it belongs to "
+                      << it->second.identity();
+      return absl::PermissionDeniedError(absl::StrCat(
+          "worker id ", info.id(),
+          " is registered to another identity; register without an id"));
+    }
     info.set_registered_unix_ms(it->second.registered_unix_ms());
   }
   // A (re)registering worker carries no stage yet.
+  info.set_identity(admission.identity);
   info.set_state(v1::WORKER_STATE_REGISTERED);
   info.clear_job_id();
   info.set_stage(0);
   info.set_last_heartbeat_unix_ms(now_ms);
   workers_[info.id()] = info;
+  secrets_[info.id()] = admission.new_secret;
   Persist(info);
   PT_LOG(INFO) << "worker " << info.id() << " registered at " << info.address()
-               << " (" << info.device() << ")";
+               << " (" << info.device() << ") by " << admission.identity;
   v1::RegisterWorkerResponse out;
   out.set_worker_id(info.id());
   out.set_heartbeat_interval_seconds(options_.heartbeat_interval_seconds);
   out.set_lease_seconds(options_.lease_seconds);
+  out.set_worker_secret(admission.new_secret);
   return out;
+}
+
+absl::Status WorkerRegistry::CheckCaller(const std::string& id,
+                                         const std::string& identity,
+                                         const std::string& secret) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown worker ", id));
+  }
+  if (it->second.identity() != identity) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker ", id, " is registered to another identity (caller: ", identity,
+        ")"));
+  }
+  auto bound = secrets_.find(id);
+  if (bound == secrets_.end()) {
+    // Restored from disk: keep it, bound to what its owner presents now.
+    secrets_[id] = secret;
+    return absl::OkStatus();
+  }
+  if (!ConstantTimeEquals(bound->second, secret)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker ", id, ": wrong secret from ", identity));
+  }
+  return absl::OkStatus();
 }
 
 bool WorkerRegistry::Heartbeat(const std::string& id, int64_t now_ms) {
@@ -89,7 +138,44 @@ std::vector<std::string> WorkerRegistry::Sweep(int64_t now_ms) {
       lost.push_back(id);
     }
   }
+  if (options_.lost_expiry_seconds <= 0) return lost;
+  const int64_t expiry_ms =
+      lease_ms + static_cast<int64_t>(options_.lost_expiry_seconds * 1000);
+  std::vector<std::string> expired;
+  for (const auto& [id, w] : workers_) {
+    if (w.state() == v1::WORKER_STATE_LOST &&
+        now_ms - w.last_heartbeat_unix_ms() > expiry_ms) {
+      expired.push_back(id);
+    }
+  }
+  for (const std::string& id : expired) {
+    PT_LOG(INFO) << "worker " << id << " expired after being lost";
+    Forget(id);
+  }
   return lost;
+}
+
+absl::Status WorkerRegistry::Remove(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("no worker '", id, "'"));
+  }
+  if (it->second.state() == v1::WORKER_STATE_ASSIGNED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", id, " runs stage ", it->second.stage(), " of ",
+                     it->second.job_id(),
+                     "; cancel the job or stop the worker "
+                     "first"));
+  }
+  Forget(id);
+  return absl::OkStatus();
+}
+
+void WorkerRegistry::Forget(const std::string& id) {
+  workers_.erase(id);
+  order_.erase(std::remove(order_.begin(), order_.end(), id), order_.end());
+  if (writer_ != nullptr) writer_->RemoveWorker(id);
 }
 
 std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
@@ -142,6 +228,42 @@ absl::Status WorkerRegistry::Assign(const std::string& id,
   it->second.set_job_id(job_id);
   it->second.set_stage(stage);
   Persist(it->second);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::AssignJob(
+    const std::string& job_id,
+    const std::vector<std::pair<std::string, int>>& stages) {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, int> wanted;
+  for (const auto& [id, stage] : stages) {
+    auto it = workers_.find(id);
+    const bool usable = it != workers_.end() &&
+                        (it->second.state() == v1::WORKER_STATE_IDLE ||
+                         (it->second.state() == v1::WORKER_STATE_ASSIGNED &&
+                          it->second.job_id() == job_id));
+    if (!usable) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", id, " is neither idle nor in ", job_id));
+    }
+    wanted[id] = stage;
+  }
+  for (auto& [id, w] : workers_) {
+    auto want = wanted.find(id);
+    if (want == wanted.end()) {
+      if (w.job_id() != job_id) continue;
+      w.clear_job_id();
+      w.set_stage(0);
+      if (w.state() == v1::WORKER_STATE_ASSIGNED) {
+        w.set_state(v1::WORKER_STATE_IDLE);
+      }
+    } else {
+      w.set_state(v1::WORKER_STATE_ASSIGNED);
+      w.set_job_id(job_id);
+      w.set_stage(want->second);
+    }
+    Persist(w);
+  }
   return absl::OkStatus();
 }
 

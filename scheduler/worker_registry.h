@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -25,9 +26,25 @@
 
 namespace pipetrain {
 
+// Who is registering, as the network edge established it.
+struct WorkerAdmission {
+  // The caller's identity (certificate name under TLS, else its host).
+  std::string identity;
+  // True when `identity` was proven by a certificate.
+  bool identity_verified = false;
+  // RegisterWorkerRequest.worker_secret.
+  std::string presented_secret;
+  // Bound to the id and returned in the response (empty: none, as in
+  // tests that drive the core directly).
+  std::string new_secret;
+};
+
 struct RegistryOptions {
   double lease_seconds = 3.0;
   double heartbeat_interval_seconds = 0.5;
+  // A LOST worker is forgotten this long after its last heartbeat (0:
+  // kept until removed).
+  double lost_expiry_seconds = 0;
 };
 
 class WorkerRegistry {
@@ -39,14 +56,29 @@ class WorkerRegistry {
   // from `now_ms`.
   void Load(std::vector<v1::WorkerInfo> workers, int64_t now_ms);
 
-  // InvalidArgument when the address is missing. An empty id gets one; a
-  // known id (a restarted worker) is updated in place.
-  absl::StatusOr<v1::RegisterWorkerResponse> Register(v1::WorkerInfo info,
-                                                      int64_t now_ms);
+  // InvalidArgument when the address is missing. An empty id gets a fresh
+  // one. A known id (a restarted worker) is updated in place, but only for
+  // the identity that registered it, presenting its secret (or proven by
+  // certificate); PermissionDenied otherwise. Binds the id to
+  // `admission.identity` and `admission.new_secret`.
+  absl::StatusOr<v1::RegisterWorkerResponse> Register(
+      v1::WorkerInfo info, int64_t now_ms,
+      const WorkerAdmission& admission = {});
+  // Whether a heartbeat for `id` comes from the worker that registered it:
+  // OK when `identity` and `secret` match its binding; NotFound for an
+  // unknown id; PermissionDenied otherwise. A worker restored from disk has
+  // no secret (secrets live in memory only): its registered identity
+  // decides, and the first heartbeat's secret becomes its binding.
+  absl::Status CheckCaller(const std::string& id, const std::string& identity,
+                           const std::string& secret);
   // Renews the lease; false when the id is unknown.
   bool Heartbeat(const std::string& id, int64_t now_ms);
-  // Marks workers whose lease ran out LOST; returns their ids.
+  // Marks workers whose lease ran out LOST (returns their ids) and forgets
+  // LOST ones past lost_expiry_seconds.
   std::vector<std::string> Sweep(int64_t now_ms);
+  // Forgets a worker that left for good: NotFound for an unknown id,
+  // FailedPrecondition while it is ASSIGNED (it runs a stage).
+  absl::Status Remove(const std::string& id);
 
   std::vector<v1::WorkerInfo> List() const;
   std::optional<v1::WorkerInfo> Get(const std::string& id) const;
@@ -60,6 +92,14 @@ class WorkerRegistry {
   // Marks `id` ASSIGNED to stage `stage` of `job_id`.
   absl::Status Assign(const std::string& id, const std::string& job_id,
                       int stage);
+  // Assigns the whole of job `job_id` at once: each (worker, stage) of
+  // `stages` must be IDLE or already assigned to the job (FailedPrecondition
+  // naming the first that is not, nothing changed); every other worker of
+  // the job is released. Atomic, so that a recovery never lets another job
+  // take a worker it keeps.
+  absl::Status AssignJob(
+      const std::string& job_id,
+      const std::vector<std::pair<std::string, int>>& stages);
   // Every worker assigned to `job_id` (and not LOST) becomes IDLE.
   void Release(const std::string& job_id);
   // Workers assigned to `job_id`, LOST ones included.
@@ -69,6 +109,7 @@ class WorkerRegistry {
 
  private:
   void Persist(const v1::WorkerInfo& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Forget(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
   StateWriter* const writer_;  // borrowed, may be null
@@ -77,6 +118,9 @@ class WorkerRegistry {
   std::map<std::string, v1::WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Id -> the secret its registration returned; only in memory, so
+  // workers restored from disk have none until they register again.
+  std::map<std::string, std::string> secrets_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pipetrain

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "spec/training_spec.h"
 #include "spec/vocabulary.h"
@@ -31,11 +32,13 @@ absl::Status ValidateInterleaving(const v1::JobSpec& spec) {
   }
   const int k = spec.num_stages();
   const int64_t m = MicroBatches(spec);
-  if (k > 0 && (m % k != 0 || spec.training().model().layers_size() < k * v)) {
+  // In 64 bits: k x v overflows an int for a large virtual_stages.
+  const int64_t chunks = int64_t{k} * v;
+  if (k > 0 && (m % k != 0 || spec.training().model().layers_size() < chunks)) {
     return Invalid("num_stages",
                    absl::StrCat("interleaving ", k, " workers x ", v,
                                 " chunks needs micro_batches divisible by ", k,
-                                " and at least ", k * v, " layers"));
+                                " and at least ", chunks, " layers"));
   }
   return absl::OkStatus();
 }
@@ -60,6 +63,28 @@ absl::Status ValidateScheduleOptions(const v1::JobSpec& spec,
 }
 
 }  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpecJson(const std::string& json) {
+  v1::JobSpec job;
+  const absl::Status as_job = ParseJson(json, &job);
+  if (as_job.ok() && job.has_training()) return job;
+  v1::TrainingSpec training;
+  const absl::Status as_training = ParseJson(json, &training);
+  if (as_training.ok()) {
+    // A JobSpec without `training` that also parses as a TrainingSpec can
+    // only be "{}"; either reading gives the same (empty) job.
+    v1::JobSpec wrapped;
+    *wrapped.mutable_training() = std::move(training);
+    return wrapped;
+  }
+  if (as_job.ok()) {
+    return absl::InvalidArgumentError(
+        "the JobSpec has no `training` (the model, data and optimizer)");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("neither a JobSpec nor a TrainingSpec: ", as_job.message(),
+                   "; ", as_training.message()));
+}
 
 absl::StatusOr<ScheduleParams> JobScheduleParams(const v1::JobSpec& spec,
                                                  int num_stages) {

@@ -5,11 +5,20 @@
 #ifndef PIPETRAIN_SPEC_JOB_SPEC_H_
 #define PIPETRAIN_SPEC_JOB_SPEC_H_
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "pipetrain/v1/scheduler.pb.h"
 #include "spec/schedule.h"
 
 namespace pipetrain {
+
+// Parses a job as users write it (a file for pipetrainctl, a REST body):
+// protobuf JSON of a whole JobSpec with a `training` field, or of a bare
+// TrainingSpec, wrapped in JobSpec.training. InvalidArgument (with both
+// parsers' complaints) when it is neither. Parsing only: ValidateJobSpec
+// checks the values.
+absl::StatusOr<v1::JobSpec> ParseJobSpecJson(const std::string& json);
 
 // Checks the training spec (spec/training_spec.h); the stage count against
 // the model; that the schedule and wire dtype are values this build knows;

@@ -95,6 +95,10 @@ TEST(JobSpec, ScheduleOptionsBelongToTheirSchedule) {
   job = Job(v1::SCHEDULE_INTERLEAVED, 4);
   job.set_virtual_stages(3);
   ExpectInvalid(job, "spec.num_stages");
+  // 4 x 2e9 chunks overflow an int (found by spec_json_fuzzer): still far
+  // more than 8 layers, not a wrapped-around count that passes.
+  job.set_virtual_stages(2'000'000'000);
+  ExpectInvalid(job, "spec.num_stages");
 }
 
 TEST(JobSpec, CrossStepSchedulesRefuseGradientClipping) {

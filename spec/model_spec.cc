@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "spec/size_limits.h"
 
 namespace pipetrain {
 namespace {
@@ -126,6 +127,11 @@ absl::StatusOr<std::vector<Shape>> ValidateModelSpec(
     return absl::InvalidArgumentError(
         "model.input_shape: missing (the shape of one sample, e.g. [784])");
   }
+  if (spec.layers_size() > kMaxLayers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.layers: ", spec.layers_size(),
+                     " layers exceed the limit of ", kMaxLayers));
+  }
   Shape shape(spec.input_shape().begin(), spec.input_shape().end());
   for (int64_t d : shape) {
     if (d <= 0) {
@@ -133,6 +139,7 @@ absl::StatusOr<std::vector<Shape>> ValidateModelSpec(
           "model.input_shape: ", ShapeToString(shape), " has a size <= 0"));
     }
   }
+  RETURN_IF_ERROR(CheckedElements(shape, "model.input_shape").status());
   if (spec.input_kind() == v1::INPUT_KIND_UNSPECIFIED) {
     return absl::InvalidArgumentError(
         "model.input_kind: missing (INPUT_KIND_FLOAT or INPUT_KIND_TOKENS)");
@@ -154,6 +161,15 @@ absl::StatusOr<std::vector<Shape>> ValidateModelSpec(
                         "only the first layer may embed tokens");
     }
     ASSIGN_OR_RETURN(shape, OutputShape(spec.layers(i), i, shape));
+    // Sizes are checked layer by layer, so the next layer's arithmetic
+    // (a flatten's product, a width) starts from numbers that fit.
+    const std::string where = absl::StrCat("layers[", i, "]");
+    RETURN_IF_ERROR(CheckedElements(shape, where + " output").status());
+    if (absl::Status params = LayerParameters(spec.layers(i)).status();
+        !params.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".", params.message()));
+    }
     shapes.push_back(shape);
   }
   return shapes;

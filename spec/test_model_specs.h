@@ -27,6 +27,26 @@ inline constexpr char kMlp[] = R"({
   ]
 })";
 
+// A whole TrainingSpec: a 7-layer MLP on synthetic data, 6 steps of 32
+// samples (the pipeline and checkpoint tests; they set micro-batches).
+inline constexpr char kSmallMlpTraining[] = R"({
+  "model": {
+    "inputKind": "INPUT_KIND_FLOAT", "inputShape": [12],
+    "loss": "LOSS_KIND_SOFTMAX_CROSS_ENTROPY",
+    "layers": [
+      {"linear": {"inFeatures": 12, "outFeatures": 32}},
+      {"gelu": {}},
+      {"dropout": {"rate": 0.1}},
+      {"layerNorm": {"features": 32}},
+      {"linear": {"inFeatures": 32, "outFeatures": 16}},
+      {"relu": {}},
+      {"linear": {"inFeatures": 16, "outFeatures": 4}}
+    ]},
+  "data": {"synthetic": {"features": 12, "classes": 4,
+                         "trainSamples": 1024, "evalSamples": 64}},
+  "optimizer": {"sgd": {"lr": 0.1, "momentum": 0.9}, "clipGradNorm": 0.5},
+  "batchSize": 32, "steps": 6, "seed": 11})";
+
 inline constexpr char kLm[] = R"({
   "inputKind": "INPUT_KIND_TOKENS",
   "inputShape": [6],

@@ -59,6 +59,23 @@ TEST(TrainingSpec, ChecksItsFieldsAndItsModel) {
   spec.set_eval_every(-5);
   ExpectInvalid(spec, "eval_every");
   spec = Valid();
+  spec.set_checkpoint_every(-1);  // off
+  spec.set_max_restarts(-1);      // none
+  EXPECT_TRUE(ValidateTrainingSpec(spec).ok());
+  spec.set_checkpoint_every(-2);
+  ExpectInvalid(spec, "checkpoint_every");
+  spec = Valid();
+  spec.set_keep_checkpoints(-1);
+  ExpectInvalid(spec, "keep_checkpoints");
+  spec = Valid();
+  spec.set_max_restarts(-3);
+  ExpectInvalid(spec, "max_restarts");
+  spec = Valid();
+  spec.set_init_from("model.safetensors");
+  EXPECT_TRUE(ValidateTrainingSpec(spec).ok());
+  spec.set_init_from("job:job-1@0");
+  ExpectInvalid(spec, "init_from");
+  spec = Valid();
   spec.clear_model();
   ExpectInvalid(spec, "model");
   spec = Valid();

@@ -243,10 +243,16 @@ PipelineRun RunPipeline(std::vector<Worker>& workers, const std::string& job,
     c->set_wire_dtype(options.wire);
     c->set_schedule(options.schedule);
     c->set_recv_timeout_s(60);
+    c->set_start_step(options.start_step);
+    c->set_restore_expected(options.restore != nullptr);
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(60));
     v1::ConfigureResponse response;
     out.status = Call(workers[s].stub->Configure(&ctx, request, &response));
+    if (!out.status.ok()) return out;
+  }
+  for (int s = 0; s < k && options.restore != nullptr; ++s) {
+    out.status = options.restore(workers[s], s);
     if (!out.status.ok()) return out;
   }
   for (int s = k - 1; s >= 0; --s) {

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,7 +26,7 @@ class ChildProcess {
   // for the port file. Its output goes to `log_path`.
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(
       const std::string& binary, std::vector<std::string> args,
-      double timeout_s = 20.0);
+      double timeout_s = 60.0);
   ~ChildProcess();
 
   int port(const std::string& name) const;
@@ -96,6 +97,12 @@ struct PipelineOptions {
   // SCHEDULE_INTERLEAVED: chunks per worker (v); the cuts then give K * v
   // chunks, worker s holding chunks s, K + s, 2K + s, ...
   int virtual_stages = 1;
+  // Resuming: every stage starts at this step.
+  int64_t start_step = 0;
+  // When set, stages are configured with restore_expected and this loads
+  // each one's state (stage s on `worker`) after all are configured and
+  // before any trains.
+  std::function<absl::Status(Worker& worker, int stage)> restore;
 };
 
 // Configures workers [0, K) with `spec`'s model cut at `cuts` (layer

@@ -16,6 +16,7 @@
 #include "services/rpc/grpc_util.h"
 #include "services/wire/frame_codec.h"
 #include "tests/cluster_harness.h"
+#include "tests/raw_stream.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/pipeline/local_trainer.h"
 
@@ -240,57 +241,6 @@ TEST_F(PipelineTest, CharTransformerTrainsAcrossTwoAndThreeStages) {
     EXPECT_LT(run.losses.back(), run.losses.front() - 1.0);
   }
 }
-
-// A raw Exchange stream to a worker, as a misbehaving neighbour would open.
-// Await() blocks the test thread until gRPC has run OnDone on its own.
-class RawStream
-    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
- public:
-  RawStream(const std::string& address, std::vector<grpc::ByteBuffer> frames)
-      : stub_(CreatePipetrainChannel(address)), frames_(std::move(frames)) {
-    ctx_.set_deadline(DeadlineIn(20));
-    stub_.PrepareBidiStreamingCall(&ctx_, "/pipetrain.v1.StageService/Exchange",
-                                   grpc::StubOptions(), this);
-    StartRead(&in_);
-    Next();
-    StartCall();
-  }
-  void OnWriteDone(bool ok) override {
-    if (ok) Next();
-  }
-  void OnReadDone(bool ok) override {
-    if (ok) StartRead(&in_);
-  }
-  void OnDone(const grpc::Status& s) override {
-    absl::MutexLock lock(&mu_);
-    status_ = s;
-    done_ = true;
-    cv_.SignalAll();
-  }
-  grpc::Status Await() {
-    absl::MutexLock lock(&mu_);
-    while (!done_) cv_.Wait(&mu_);
-    return status_;
-  }
-
- private:
-  void Next() {
-    if (next_ < frames_.size()) {
-      StartWrite(&frames_[next_++]);
-    } else if (next_++ == frames_.size()) {
-      StartWritesDone();
-    }
-  }
-  grpc::GenericStub stub_;
-  grpc::ClientContext ctx_;
-  std::vector<grpc::ByteBuffer> frames_;
-  size_t next_ = 0;
-  grpc::ByteBuffer in_;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status status_ ABSL_GUARDED_BY(mu_);
-};
 
 std::vector<grpc::ByteBuffer> Frames(const std::string& job, int stage,
                                      const StageMessage& msg) {

@@ -1,8 +1,15 @@
 #include "tests/scheduler_cluster.h"
 
-#include <chrono>
-#include <thread>
+#include <signal.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "common/proto_json.h"
 #include "google/protobuf/util/json_util.h"
 #include "services/rpc/grpc_util.h"
@@ -70,6 +77,41 @@ ReferenceRun TrainInProcess(const v1::TrainingSpec& spec, int64_t steps,
   return out;
 }
 
+std::vector<std::vector<float>> ReferenceWeights(const v1::TrainingSpec& spec) {
+  std::vector<std::vector<float>> out;
+  auto backend = CreateCpuBackend(1);
+  auto trainer = LocalTrainer::Create(spec, backend.get());
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return out;
+  for (int64_t i = 0; i < spec.steps(); ++i) {
+    auto step = (*trainer)->Step();
+    EXPECT_TRUE(step.ok()) << step.status();
+    if (!step.ok()) return out;
+  }
+  auto params = (*trainer)->model()->ParamsToHost();
+  EXPECT_TRUE(params.ok()) << params.status();
+  if (!params.ok()) return out;
+  for (const Tensor& t : *params) out.push_back(t.ToVector());
+  return out;
+}
+
+void ExpectWeightsNear(const std::vector<std::vector<float>>& got,
+                       const std::vector<std::vector<float>>& want, double abs,
+                       const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  for (size_t p = 0; p < std::min(got.size(), want.size()); ++p) {
+    EXPECT_EQ(got[p].size(), want[p].size()) << what << ": parameter " << p;
+    for (size_t i = 0; i < std::min(got[p].size(), want[p].size()); ++i) {
+      if (std::fabs(got[p][i] - want[p][i]) > abs) {
+        ADD_FAILURE() << what << ": parameter " << p << "[" << i << "] is "
+                      << got[p][i] << ", the fault-free run has " << want[p][i]
+                      << " (absolute tolerance " << abs << ")";
+        return;
+      }
+    }
+  }
+}
+
 void SchedulerTest::SetUp() {
   std::vector<std::string> flags = SchedulerFlags();
   flags.insert(flags.end(), extra_scheduler_flags_.begin(),
@@ -78,8 +120,12 @@ void SchedulerTest::SetUp() {
   ASSERT_TRUE(s.ok()) << s.status();
   scheduler_ = std::move(*s);
   for (int i = 0; i < 3; ++i) {
-    auto w = StartWorker({"--scheduler=" + scheduler_.address,
-                          "--labels=zone=z" + std::to_string(i % 2)});
+    std::vector<std::string> worker_flags = {
+        "--scheduler=" + scheduler_.address,
+        "--labels=zone=z" + std::to_string(i % 2)};
+    worker_flags.insert(worker_flags.end(), extra_worker_flags_.begin(),
+                        extra_worker_flags_.end());
+    auto w = StartWorker(worker_flags);
     ASSERT_TRUE(w.ok()) << w.status();
     workers_.push_back(std::move(*w));
   }
@@ -172,6 +218,79 @@ Worker* SchedulerTest::WorkerAt(const std::string& address) {
     if (w.address == address) return &w;
   }
   return nullptr;
+}
+
+void SchedulerTest::AddWorker(const std::string& zone) {
+  auto w = StartWorker(
+      {"--scheduler=" + scheduler_.address, "--labels=zone=" + zone});
+  ASSERT_TRUE(w.ok()) << w.status();
+  workers_.push_back(std::move(*w));
+}
+
+std::vector<std::vector<float>> SchedulerTest::JobWeights(
+    const std::string& job) {
+  std::vector<std::pair<int, std::vector<float>>> by_layer;
+  const v1::Plan plan = GetPlan(job);
+  for (const v1::PlannedStage& s : plan.stages()) {
+    Worker* worker = WorkerAt(s.worker_address());
+    EXPECT_NE(worker, nullptr) << s.worker_address();
+    if (worker == nullptr) return {};
+    v1::GetWeightsRequest request;
+    request.set_job_id(job);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(30));
+    v1::GetWeightsResponse response;
+    const grpc::Status got = worker->stub->GetWeights(&ctx, request, &response);
+    EXPECT_TRUE(got.ok()) << got.error_message();
+    for (const auto& t : response.weights()) {
+      const std::vector<std::string> parts = absl::StrSplit(t.name(), '.');
+      int layer = -1;
+      EXPECT_TRUE(parts.size() >= 2 && absl::SimpleAtoi(parts[1], &layer))
+          << t.name();
+      const float* f = reinterpret_cast<const float*>(t.data().data());
+      by_layer.emplace_back(
+          layer, std::vector<float>(f, f + t.data().size() / sizeof(float)));
+    }
+  }
+  std::stable_sort(
+      by_layer.begin(), by_layer.end(),
+      [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::vector<float>> out;
+  for (auto& [layer, w] : by_layer) out.push_back(std::move(w));
+  return out;
+}
+
+v1::ListCheckpointsResponse SchedulerTest::WaitForCheckpoint(
+    const std::string& job, double timeout_s, int at_least) {
+  const auto deadline = After(timeout_s);
+  v1::ListCheckpointsResponse out;
+  while (Clock::now() < deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(5));
+    v1::ListCheckpointsRequest q;
+    q.set_job_id(job);
+    out.Clear();
+    (void)scheduler_.stub->ListCheckpoints(&ctx, q, &out);
+    if (out.checkpoints_size() >= at_least) return out;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return out;
+}
+
+void SchedulerTest::RestartScheduler() {
+  const std::string port =
+      scheduler_.address.substr(scheduler_.address.rfind(':') + 1);
+  if (scheduler_.process != nullptr && scheduler_.process->Running()) {
+    scheduler_.process->Signal(SIGKILL);
+  }
+  scheduler_ = Scheduler();
+  std::vector<std::string> flags = SchedulerFlags();
+  flags.insert(flags.end(), extra_scheduler_flags_.begin(),
+               extra_scheduler_flags_.end());
+  flags.push_back("--listen=127.0.0.1:" + port);
+  auto s = StartScheduler(dir_.path(), flags);
+  ASSERT_TRUE(s.ok()) << s.status();
+  scheduler_ = std::move(*s);
 }
 
 }  // namespace pipetrain::testing

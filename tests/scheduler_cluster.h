@@ -35,6 +35,16 @@ struct ReferenceRun {
 ReferenceRun TrainInProcess(const v1::TrainingSpec& spec, int64_t steps = -1,
                             int64_t eval_samples = 0);
 
+// The in-process trainer's parameters after `spec.steps()` steps, in model
+// (layer) order: the fault-free run recovered jobs are compared with.
+std::vector<std::vector<float>> ReferenceWeights(const v1::TrainingSpec& spec);
+
+// Fails the test (once, naming `what` and the first parameter that
+// differs) unless `got` equals `want` within `abs` (absolute).
+void ExpectWeightsNear(const std::vector<std::vector<float>>& got,
+                       const std::vector<std::vector<float>>& want, double abs,
+                       const std::string& what);
+
 class SchedulerTest : public ::testing::Test {
  protected:
   void SetUp() override;
@@ -54,10 +64,26 @@ class SchedulerTest : public ::testing::Test {
   v1::Plan GetPlan(const std::string& id);
   // The worker process at `address` (a plan's worker_address), or null.
   Worker* WorkerAt(const std::string& address);
+  // Starts one more worker (in `zone`) registered with the scheduler; it
+  // becomes IDLE (a spare) unless a job takes it.
+  void AddWorker(const std::string& zone = "z1");
+  // Every stage's parameters of `job` in model (layer) order, from the
+  // workers its current plan names.
+  std::vector<std::vector<float>> JobWeights(const std::string& job);
+  // Committed checkpoints of `job`; waits up to `timeout_s` for at least
+  // `at_least`.
+  v1::ListCheckpointsResponse WaitForCheckpoint(const std::string& job,
+                                                double timeout_s,
+                                                int at_least = 1);
+  // SIGKILLs the scheduler (when it runs) and starts a new one on the same
+  // data directory and gRPC port, where its workers find it again.
+  void RestartScheduler();
 
   // Flags the scheduler starts with besides SchedulerFlags(); a derived
   // fixture sets them in its constructor.
   std::vector<std::string> extra_scheduler_flags_;
+  // Flags the three workers start with besides their scheduler and zone.
+  std::vector<std::string> extra_worker_flags_;
   TempDir dir_;
   Scheduler scheduler_;
   std::vector<Worker> workers_;

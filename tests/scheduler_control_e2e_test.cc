@@ -19,7 +19,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "services/http/loopback_http_client.h"
+#include "services/http/test_http_client.h"
 #include "services/rpc/grpc_util.h"
 #include "tests/scheduler_cluster.h"
 
@@ -359,10 +359,13 @@ TEST_F(ShortReceiveTimeoutTest, APausedJobOutlastsTheReceiveTimeout) {
   EXPECT_EQ(done.step(), 300);
 }
 
-// A SIGKILLed worker fails its job; the reason names the lost worker, the
-// survivors are IDLE again and the dead one is listed LOST.
+// Without restarts (maxRestarts -1), a SIGKILLed worker fails its job; the
+// reason names the lost worker, the survivors are IDLE again and the dead
+// one is listed LOST. (Recovery: recovery_e2e_test.cc.)
 TEST_F(SchedulerControlTest, AKilledWorkerFailsItsJobNamingTheWorker) {
-  const v1::Job job = Submit(JobOf(MlpSpec(100000), 3));
+  v1::TrainingSpec training = MlpSpec(100000);
+  training.set_max_restarts(-1);
+  const v1::Job job = Submit(JobOf(training, 3));
   ASSERT_TRUE(WaitForStep(job.id(), 3)) << GetJob(job.id()).DebugString();
   const v1::Plan plan = GetPlan(job.id());
   ASSERT_EQ(plan.stages_size(), 3);

@@ -14,7 +14,7 @@
 #include "common/proto_json.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "services/http/loopback_http_client.h"
+#include "services/http/test_http_client.h"
 #include "services/rpc/grpc_util.h"
 #include "tests/scheduler_cluster.h"
 

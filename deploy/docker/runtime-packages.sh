@@ -17,10 +17,36 @@ if [ $# -eq 0 ]; then
   exit 2
 fi
 
+# The libraries the binaries load, each once: "NAME PATH" (PATH "not" when
+# the loader cannot find it).
+libs="$(ldd "$@" | awk '$2 == "=>" {print $1, $3}' | sort -u)"
+
+# dpkg records the path the package ships; with a merged /usr the loader
+# may report /lib/... for /usr/lib/... (or the other way round). Every
+# candidate path goes to one dpkg-query call (one call per library takes
+# minutes on a loaded machine).
+candidates() {  # path
+  local real
+  real="$(readlink -f "$1")"
+  printf '%s\n' "$1" "$real" "/usr$1" "/usr$real" "${1#/usr}" "${real#/usr}"
+}
+declare -A owner_of=()
+mapfile -t all_candidates < <(while read -r name path; do
+  [ "$path" = "not" ] || candidates "$path"
+done <<<"$libs" | sort -u)
+# "libfoo1:amd64: /usr/lib/..." (or "pkg1, pkg2: path" for diversions).
+while IFS= read -r line; do
+  case "$line" in diversion*) continue ;; esac
+  pkg="${line%%: /*}"
+  pkg="${pkg%%,*}"
+  pkg="${pkg%%:*}"
+  owner_of["/${line#*: /}"]="$pkg"
+done < <(dpkg-query -S "${all_candidates[@]}" 2>/dev/null || true)
+
 status=0
 declare -A packages=()
-while read -r name arrow path _; do
-  [ "$arrow" = "=>" ] || continue
+while read -r name path; do
+  [ -n "$name" ] || continue
   case "$name" in
     libcuda.so* | libnvidia-*) continue ;;
   esac
@@ -29,30 +55,21 @@ while read -r name arrow path _; do
     status=1
     continue
   fi
-  real="$(readlink -f "$path")"
-  case "$real" in
+  case "$(readlink -f "$path")" in
     /usr/local/cuda*) continue ;;
   esac
-  # dpkg records the path the package ships; with a merged /usr the loader
-  # may report /lib/... for /usr/lib/... (or the other way round).
-  owner=""
-  for candidate in "$path" "$real" "/usr${path}" "/usr${real}" "${path#/usr}" "${real#/usr}"; do
-    if owner="$(dpkg-query -S "$candidate" 2>/dev/null | head -n 1)" && [ -n "$owner" ]; then
-      break
-    fi
-    owner=""
-  done
-  if [ -z "$owner" ]; then
+  pkg=""
+  while read -r candidate; do
+    pkg="${owner_of[$candidate]:-}"
+    [ -z "$pkg" ] || break
+  done < <(candidates "$path")
+  if [ -z "$pkg" ]; then
     echo "runtime-packages: no package holds $path" >&2
     status=1
     continue
   fi
-  # "libfoo1:amd64: /usr/lib/..." (or "pkg1, pkg2: path" for diversions).
-  pkg="${owner%%: *}"
-  pkg="${pkg%%,*}"
-  pkg="${pkg%%:*}"
   packages["$pkg"]=1
-done < <(ldd "$@" | grep '=>')
+done <<<"$libs"
 
 if [ "$status" -ne 0 ]; then
   exit "$status"

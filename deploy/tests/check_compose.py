@@ -40,7 +40,7 @@ def main(compose_file, bin_dir):
             fail(f"{b} --helpfull listed no flags")
 
     for name, s in services.items():
-        if name != "ctl":
+        if name not in ("ctl", "pki"):  # run once, on demand
             if not s.get("healthcheck", {}).get("test"):
                 fail(f"{name}: no health check")
             if s.get("restart") not in ("always", "unless-stopped", "on-failure"):
@@ -51,6 +51,28 @@ def main(compose_file, bin_dir):
                 key = a[2:].split("=", 1)[0] if a.startswith("--") else None
                 if key is not None and key not in flags[args[0]]:
                     fail(f"{name}: {args[0]} has no flag --{key}")
+
+    # Secure by default: mutual TLS everywhere, tokens, loopback-only ports,
+    # no anonymous Grafana.
+    for name, s in services.items():
+        args = argv(s)
+        if args and args[0].startswith("pipetrain"):
+            for f in ("tls_cert", "tls_key", "tls_ca"):
+                if not flag(args, f):
+                    fail(f"{name}: no --{f} (mutual TLS)")
+            if "--insecure" in args:
+                fail(f"{name}: runs --insecure")
+        for p in s.get("ports", []):
+            host_ip = p.get("host_ip") if isinstance(p, dict) else str(p).rsplit(":", 2)[0]
+            if host_ip != "127.0.0.1":
+                fail(f"{name}: publishes {p} beyond 127.0.0.1")
+    sargs0 = argv(services["scheduler"])
+    if not flag(sargs0, "auth_tokens_file") or not flag(sargs0, "join_token_file"):
+        fail("scheduler: no --auth_tokens_file or --join_token_file")
+    genv = services["grafana"].get("environment", {})
+    if str(genv.get("GF_AUTH_ANONYMOUS_ENABLED", "false")).lower() != "false" or \
+            genv.get("GF_SECURITY_ADMIN_PASSWORD") in (None, "", "admin"):
+        fail("grafana: anonymous access on or the admin password not from the environment")
 
     # Scheduler.
     sched = services["scheduler"]
@@ -66,7 +88,7 @@ def main(compose_file, bin_dir):
     ports = published_ports(sched)
     if grpc_port not in ports or http_port not in ports:
         fail(f"scheduler: gRPC {grpc_port} and HTTP {http_port} are not both published")
-    if healthcheck_url(sched) != f"http://127.0.0.1:{http_port}/readyz":
+    if healthcheck_url(sched) != f"https://127.0.0.1:{http_port}/readyz":
         fail(f"scheduler: health check {healthcheck_url(sched)} is not /readyz on {http_port}")
     if not sched.get("build"):
         fail("scheduler: no build section (it builds the CPU image)")
@@ -87,7 +109,7 @@ def main(compose_file, bin_dir):
             fail(f"{name}: --worker_id is not the service name")
         labels = dict(kv.split("=", 1) for kv in (flag(args, "labels") or "").split(",") if kv)
         zones.add(labels.get("zone"))
-        if healthcheck_url(w) != f"http://127.0.0.1:{metrics_port}/healthz":
+        if healthcheck_url(w) != f"https://127.0.0.1:{metrics_port}/healthz":
             fail(f"{name}: health check {healthcheck_url(w)} is not /healthz on {metrics_port}")
         depends = w.get("depends_on", {})
         if not isinstance(depends, dict) or \

@@ -3,10 +3,14 @@
 
   check_dockerfile.py REPO_ROOT BUILD_DIR
 
-- two stages, FROM ${BUILD_BASE} AS build and FROM ${RUNTIME_BASE} (the
-  CPU bases by default), PIPETRAIN_CUDA as a build argument handed to CMake;
-- the runtime stage runs as a non-root user and copies only the binaries,
-  the examples and the list of runtime packages from the build stage;
+- no `# syntax=` directive (it makes BuildKit pull a frontend image);
+- the stages FROM ${BUILD_BASE} AS build, FROM scratch AS prebuilt (the
+  binaries and examples of a build context), FROM ${BINARIES} AS binaries
+  (BINARIES=build by default) and FROM ${RUNTIME_BASE} (the CPU bases by
+  default); PIPETRAIN_CUDA as a build argument handed to CMake;
+- the runtime stage runs as a non-root user and copies only the binaries
+  (last, so a code change rebuilds only that layer), the examples and the
+  list of runtime packages from the binaries stage;
 - the build stage installs only packages deploy/setup.sh also installs (so
   the tested build is the imaged one), and the .dockerignore beside the
   Dockerfile keeps build trees out but nothing the build needs;
@@ -59,20 +63,28 @@ def setup_packages(root):
 
 def main(root, build_dir):
     dockerfile = os.path.join(root, "deploy/docker/Dockerfile")
+    if re.search(r"^#\s*syntax\s*=", open(dockerfile).read(), re.M | re.I):
+        fail("a `# syntax=` directive makes BuildKit pull a frontend (offline builds fail)")
     ins = instructions(dockerfile)
     froms = [i for i, (k, _) in enumerate(ins) if k == "FROM"]
-    if len(froms) != 2:
-        fail(f"want 2 stages (build, runtime), got {len(froms)}")
+    want_froms = ["${BUILD_BASE} AS build", "scratch AS prebuilt", "${BINARIES} AS binaries",
+                  "${RUNTIME_BASE} AS runtime"]
+    if [ins[i][1] for i in froms] != want_froms:
+        fail(f"stages FROM {[ins[i][1] for i in froms]}, want {want_froms}")
         return
     global_args = dict(a.split("=", 1) for k, a in ins[:froms[0]] if k == "ARG" and "=" in a)
     if global_args.get("BUILD_BASE") != "debian:bookworm" or \
             global_args.get("RUNTIME_BASE") != "debian:bookworm-slim":
         fail(f"default bases {global_args}: want debian:bookworm and debian:bookworm-slim")
-    if ins[froms[0]][1] != "${BUILD_BASE} AS build":
-        fail(f"first stage is FROM {ins[froms[0]][1]}")
-    if not ins[froms[1]][1].startswith("${RUNTIME_BASE}"):
-        fail(f"final stage is FROM {ins[froms[1]][1]}")
-    build, runtime = ins[froms[0] + 1:froms[1]], ins[froms[1] + 1:]
+    if global_args.get("BINARIES") != "build":
+        fail(f"ARG BINARIES defaults to {global_args.get('BINARIES')}, want build")
+    build, prebuilt = ins[froms[0] + 1:froms[1]], ins[froms[1] + 1:froms[2]]
+    runtime = ins[froms[3] + 1:]
+    if froms[3] != froms[2] + 1:
+        fail("the binaries stage does more than name the chosen stage")
+    prebuilt_copies = sorted(a for k, a in prebuilt if k in ("COPY", "ADD", "RUN"))
+    if prebuilt_copies != ["examples/ /src/examples/", "prebuilt/ /out/"]:
+        fail(f"prebuilt stage: {prebuilt_copies}, want COPY prebuilt/ /out/ and examples/")
 
     # Build stage.
     build_args = dict((a.split("=", 1) + [""])[:2] for k, a in build if k == "ARG")
@@ -110,16 +122,20 @@ def main(root, build_dir):
     users = [a for k, a in runtime if k == "USER"]
     if not users or users[-1].split(":")[0] in ("0", "root"):
         fail("runtime stage does not run as a non-root USER")
+    copies = [a for k, a in runtime if k in ("COPY", "ADD")]
+    if not copies or not copies[-1].startswith("--from=binaries /out/bin/"):
+        fail("runtime stage: the binaries are not its last layer")
     for k, a in runtime:
         if k in ("COPY", "ADD"):
-            if "--from=build" not in a:
-                fail(f"runtime stage: {k} {a} does not come from the build stage")
+            if "--from=binaries" not in a:
+                fail(f"runtime stage: {k} {a} does not come from the binaries stage")
                 continue
             sources = shlex.split(a)[1:-1]
             for s in sources:
                 if s.startswith("--"):
                     continue
                 if not (s.startswith("/out/bin") or s.startswith("/src/examples") or
+                        s.startswith("/out/lib") or
                         s == "/out/runtime-packages.txt"):
                     fail(f"runtime stage copies {s} (only binaries and examples belong)")
     exposed = {p for k, a in runtime if k == "EXPOSE" for p in a.split()}

@@ -52,14 +52,38 @@ def matches(selector, labels):
 
 
 def check_grpc_probes(where, container):
+    """gRPC health probes on the grpc port; under mutual TLS (which the
+    kubelet's gRPC probe cannot speak) HTTP probes on a declared port."""
     ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    tls = arg_value(container.get("args", []), "tls_cert") is not None
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         p = container.get(probe)
-        if p is None or "grpc" not in p:
+        if tls:
+            if p is None or "httpGet" not in p or \
+                    p["httpGet"].get("port") not in ports.values():
+                fail(f"{where}: under TLS, {probe} is not an HTTP probe of a declared port")
+        elif p is None or "grpc" not in p:
             fail(f"{where}: no gRPC {probe} (grpc.health.v1)")
         elif p["grpc"].get("port") != ports.get("grpc"):
             fail(f"{where}: {probe} probes port {p['grpc'].get('port')}, "
                  f"not the grpc port {ports.get('grpc')}")
+
+
+def check_secured(where, container, volumes):
+    """Mutual TLS and the join token from mounted Secrets, unless the chart
+    was told --insecure."""
+    args = container.get("args", [])
+    if "--insecure" in args:
+        return
+    mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+    for flag in ("tls_cert", "tls_key", "tls_ca", "join_token_file"):
+        value = arg_value(args, flag)
+        if value is None:
+            fail(f"{where}: no --{flag} (and not --insecure)")
+            continue
+        mount = [m for m in mounts if value.startswith(m.rstrip("/") + "/")]
+        if not mount or "secret" not in volumes.get(mounts[mount[0]], {}):
+            fail(f"{where}: --{flag}={value} is not in a mounted Secret")
 
 
 def check_env_refs(where, container):
@@ -105,6 +129,10 @@ def main(scenario, rendered, root, bin_dir):
         fail(f"{where}: command is {sched.get('command')}")
     check_flags(where, sched["args"], scheduler_flags)
     check_grpc_probes(where, sched)
+    sched_volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    check_secured(where, sched, sched_volumes)
+    if "--insecure" not in sched["args"] and arg_value(sched["args"], "auth_tokens_file") is None:
+        fail(f"{where}: no --auth_tokens_file")
     check_security(where, pod, sched)
     ports = {p["name"]: p["containerPort"] for p in sched["ports"]}
     if arg_value(sched["args"], "listen") != f"0.0.0.0:{ports.get('grpc')}":
@@ -177,6 +205,7 @@ def main(scenario, rendered, root, bin_dir):
             fail(f"{where}: command is {c.get('command')}")
         check_flags(where, c["args"], worker_flags)
         check_grpc_probes(where, c)
+        check_secured(where, c, {v["name"]: v for v in pod.get("volumes", [])})
         check_env_refs(where, c)
         check_security(where, pod, c)
         cports = {p["name"]: p["containerPort"] for p in c["ports"]}

@@ -28,6 +28,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -96,17 +97,39 @@ class Topology:
                 return f"127.0.0.1:{self.port(host, port)}"
             return m.group(0)
         value = re.sub(r"([A-Za-z0-9_.-]+):(\d+)", host_port, value)
-        for target, local in mounts.items():
-            value = value.replace(target, local)
+        if mounts:
+            # Whole paths only, the longest mount point first (/pki must not
+            # rewrite /opt/pipetrain/pki.sh).
+            points = "|".join(re.escape(t) for t in sorted(mounts, key=len, reverse=True))
+            value = re.sub(f"({points})(?=/|$|[^A-Za-z0-9_.-])",
+                           lambda m: mounts[m.group(1)], value)
         return value.replace(IMAGE_EXAMPLES, os.path.join(ROOT, "examples"))
+
+    def mounts(self, name, service):
+        """{mount point: local path}: a bind mount's own source, one shared
+        folder per named volume (as Docker shares the volume)."""
+        mounts = {}
+        for source, target in volumes(service):
+            if source.startswith("/"):
+                mounts[target] = source
+                continue
+            local = os.path.join(self.tmp, "volume_" + source)
+            os.makedirs(local, exist_ok=True)
+            mounts[target] = local
+        return mounts
+
+    def run_init(self, name, service, services):
+        """Runs a one-shot service (the pki maker) to completion."""
+        mounts = self.mounts(name, service)
+        cmd = [self.remap_value(name, a, services, mounts) for a in argv(service)]
+        log(f"run {name}: {' '.join(cmd)}")
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise AssertionError(f"{name} exited {out.returncode}:\n{out.stdout}{out.stderr}")
 
     def command(self, name, service, services):
         args = argv(service)
-        mounts = {}
-        for _, target in volumes(service):
-            local = os.path.join(self.tmp, name + target.replace("/", "_"))
-            os.makedirs(local, exist_ok=True)
-            mounts[target] = local
+        mounts = self.mounts(name, service)
         out = []
         for a in args[1:]:
             if a.startswith("--http_port=") or a.startswith("--metrics_port="):
@@ -140,7 +163,8 @@ class Topology:
         test = list(service.get("healthcheck", {}).get("test", []))
         if not test or test[0] not in ("CMD", "CMD-SHELL"):
             raise AssertionError(f"{name}: no runnable health check")
-        cmd = [self.remap_value(name, t, services, {}) for t in test[1:]]
+        mounts = self.mounts(name, service)  # e.g. the CA that curl trusts
+        cmd = [self.remap_value(name, t, services, mounts) for t in test[1:]]
         if test[0] == "CMD-SHELL":
             cmd = ["sh", "-c", " ".join(cmd)]
         deadline = time.time() + 90
@@ -184,8 +208,12 @@ def start_order(services):
     return order
 
 
-def http_json(url, data=None):
-    with urllib.request.urlopen(url, data=data, timeout=10) as r:
+def http_json(url, data=None, token=None, ca_file=None):
+    request = urllib.request.Request(url, data=data)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+    with urllib.request.urlopen(request, timeout=10, context=context) as r:
         return json.loads(r.read().decode())
 
 
@@ -200,7 +228,16 @@ def run_prometheus(topology, config, services, tmp):
     prom_config["global"]["scrape_interval"] = "1s"
     prom_config["global"]["evaluation_interval"] = "1s"
     prom_config["rule_files"] = [os.path.join(host_dir, r) for r in prom_config["rule_files"]]
+    prom_mounts = topology.mounts("prometheus", prom)
     for job in prom_config["scrape_configs"]:
+        auth = job.get("authorization", {})
+        if "credentials_file" in auth:
+            auth["credentials_file"] = topology.remap_value(
+                "prometheus", auth["credentials_file"], services, prom_mounts)
+        tls = job.get("tls_config", {})
+        if "ca_file" in tls:
+            tls["ca_file"] = topology.remap_value(
+                "prometheus", tls["ca_file"], services, prom_mounts)
         static = []
         for c in job.pop("static_configs", []):
             static.append({"targets": [topology.remap_value("prometheus", t, services, {})
@@ -211,6 +248,13 @@ def run_prometheus(topology, config, services, tmp):
                     static.append({"targets": [f"127.0.0.1:{topology.port(name, c['port'])}"],
                                    "labels": {"__meta_dns_name": name}})
         job["static_configs"] = static
+        # Compose scrapes workers by their service names (the address
+        # relabelled from the DNS name, for the TLS name check); here the
+        # names are loopback ports already, so that rewrite is left out.
+        # The real engine's test (docker_compose_test.sh) covers it.
+        if "relabel_configs" in job:
+            job["relabel_configs"] = [r for r in job["relabel_configs"]
+                                      if r.get("target_label") != "__address__"]
     path = os.path.join(tmp, "prometheus.yml")
     with open(path, "w") as f:
         yaml.safe_dump(prom_config, f)
@@ -298,6 +342,14 @@ def main(bin_dir):
     tmp = tempfile.mkdtemp(prefix="pipetrain-compose-")
     topology = Topology(bin_dir, tmp)
     try:
+        # One-shot services first (the pki maker: certificates and tokens).
+        for name, s in config["services"].items():
+            if s.get("restart") == "no" and name not in services:
+                topology.run_init(name, s, config["services"])
+        token_file = os.path.join(tmp, "volume_pki", "viewer.token")
+        token = open(token_file).read().strip() if os.path.exists(token_file) else None
+        # The scheduler's REST port is HTTPS with the compose CA.
+        ca_file = os.path.join(tmp, "volume_pki", "ca.crt")
         for name in start_order(services):
             topology.start(name, services[name], config["services"])
             topology.healthcheck(name, services[name], config["services"])
@@ -308,7 +360,8 @@ def main(bin_dir):
         listed = []
         want = {n for n, s in services.items() if argv(s)[0] == "pipetrain-worker"}
         while time.time() < deadline:
-            listed = http_json(f"http://127.0.0.1:{sched_http}/v1/workers").get("workers", [])
+            listed = http_json(f"https://127.0.0.1:{sched_http}/v1/workers",
+                               token=token, ca_file=ca_file).get("workers", [])
             if {w["id"] for w in listed if w.get("state") == "WORKER_STATE_IDLE"} >= want:
                 break
             time.sleep(0.3)
@@ -345,7 +398,8 @@ def main(bin_dir):
         log(out[-1500:])
         if ctl_proc.returncode != 0:
             problems.append(f"pipetrainctl submit --watch exited {ctl_proc.returncode}")
-        jobs = http_json(f"http://127.0.0.1:{sched_http}/v1/jobs").get("jobs", [])
+        jobs = http_json(f"https://127.0.0.1:{sched_http}/v1/jobs", token=token,
+                         ca_file=ca_file).get("jobs", [])
         done = [j for j in jobs if j.get("state") == "JOB_STATE_COMPLETED" and
                 int(j.get("step", 0)) == 300]
         if len(done) != 1:

@@ -4,7 +4,8 @@
 // a sample); their /metrics are scraped while the job runs, and
 // promql_check.py checks every selector of the dashboard and the alert
 // rules (metric names, label="value" matchers, grouping labels) against
-// those scrapes. The gauges added for the dashboard carry real values.
+// those scrapes; `promtool check metrics` parses and lints each scrape. The
+// gauges added for the dashboard carry real values.
 #include <sys/wait.h>
 
 #include <chrono>
@@ -19,7 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "common/proto_json.h"
 #include "gtest/gtest.h"
-#include "services/http/loopback_http_client.h"
+#include "services/http/test_http_client.h"
 #include "services/rpc/grpc_util.h"
 #include "tests/cluster_harness.h"
 
@@ -177,6 +178,13 @@ TEST_F(DeployMetricsTest, DashboardAndAlertsSelectOnlyExportedMetrics) {
   std::string output;
   EXPECT_EQ(RunCommand(command, &output), 0) << command << "\n" << output;
   std::printf("%s", output.c_str());
+  // Prometheus' own parser and linter accept every live exposition.
+  for (const std::string& path : scrapes_) {
+    std::string lint;
+    EXPECT_EQ(RunCommand("promtool check metrics < " + path, &lint), 0)
+        << path << "\n"
+        << lint;
+  }
 
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(10));

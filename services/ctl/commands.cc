@@ -131,6 +131,45 @@ absl::StatusOr<int> Trace(const Invocation& in) {
   return 0;
 }
 
+absl::StatusOr<int> Checkpoints(const Invocation& in) {
+  ASSIGN_OR_RETURN(v1::ListCheckpointsResponse list,
+                   in.client->ListCheckpoints(in.arg));
+  return Print(in, list, FormatCheckpoints(list, NowUnixMs()));
+}
+
+absl::StatusOr<int> Checkpoint(const Invocation& in) {
+  ASSIGN_OR_RETURN(v1::CheckpointJobResponse r,
+                   in.client->CheckpointJob(in.arg));
+  return Print(in, r,
+               absl::StrCat(in.arg, ": every stage snapshots at step ",
+                            r.step(), "; `pipetrainctl checkpoints ", in.arg,
+                            "` lists it once written\n"));
+}
+
+absl::StatusOr<int> RemoveWorker(const Invocation& in) {
+  ASSIGN_OR_RETURN(v1::RemoveWorkerResponse r, in.client->RemoveWorker(in.arg));
+  return Print(in, r, absl::StrCat("removed worker ", in.arg, "\n"));
+}
+
+// Writes a checkpoint's model export (safetensors) to --out.
+absl::StatusOr<int> Export(const Invocation& in) {
+  const std::string& path = in.options->trace_out;
+  if (path.empty())
+    return absl::InvalidArgumentError("export needs --out=FILE");
+  ASSIGN_OR_RETURN(std::string bytes,
+                   in.client->ExportModel(in.arg, in.options->export_version));
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr ||
+      std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) {
+    if (f != nullptr) std::fclose(f);
+    return absl::UnavailableError("cannot write " + path);
+  }
+  if (std::fclose(f) != 0)
+    return absl::UnavailableError("cannot write " + path);
+  std::printf("wrote %zu bytes to %s\n", bytes.size(), path.c_str());
+  return 0;
+}
+
 const std::vector<Command>& Commands() {
   static const auto* const kCommands = new std::vector<Command>{
       {"submit", "JOB.json", Submit},
@@ -146,6 +185,10 @@ const std::vector<Command>& Commands() {
       {"cancel", "JOB_ID", JobAction(&SchedulerClient::CancelJob)},
       {"evaluate", "JOB_ID", Evaluate},
       {"trace", "JOB_ID", Trace},
+      {"checkpoints", "JOB_ID", Checkpoints},
+      {"checkpoint", "JOB_ID", Checkpoint},
+      {"export", "JOB_ID", Export},
+      {"workers remove", "WORKER_ID", RemoveWorker},
   };
   return *kCommands;
 }
@@ -193,6 +236,11 @@ Commands:
   evaluate JOB_ID    evaluate on held-out data [--samples=N]
   trace JOB_ID       export the recent pipeline trace as Chrome trace JSON
                      [--steps=N] [--out=FILE]
+  checkpoints JOB_ID list the job's committed checkpoints
+  checkpoint JOB_ID  take a checkpoint now (training goes on)
+  export JOB_ID      write a checkpoint's model as safetensors
+                     --out=FILE [--version=V: default the latest]
+  workers remove ID  forget a worker that left for good
   help               this text
 
 Flags:
@@ -205,9 +253,15 @@ Flags:
 )";
 }
 
-int RunCommand(const std::vector<std::string>& args,
+int RunCommand(const std::vector<std::string>& given,
                const CtlOptions& options) {
-  if (args.empty()) return UsageError("no command given");
+  if (given.empty()) return UsageError("no command given");
+  // "workers remove ID" is one command of two words.
+  std::vector<std::string> args = given;
+  if (args.size() >= 2 && args[0] == "workers" && args[1] == "remove") {
+    args.erase(args.begin() + 1);
+    args[0] = "workers remove";
+  }
   if (args[0] == "help") {
     std::fputs(UsageText().c_str(), stdout);
     return 0;
@@ -222,7 +276,8 @@ int RunCommand(const std::vector<std::string>& args,
   const std::string problem = CheckArguments(*command, args);
   if (!problem.empty()) return UsageError(problem);
 
-  SchedulerClient client(options.scheduler, options.timeout_seconds);
+  SchedulerClient client(options.scheduler, options.timeout_seconds,
+                         options.token);
   const Invocation in{&client, &options, args.size() > 1 ? args[1] : ""};
   const absl::StatusOr<int> code = command->handler(in);
   if (code.ok()) return *code;

@@ -20,6 +20,8 @@ inline constexpr int kExitUsage = 64;
 struct CtlOptions {
   // host:port of the scheduler.
   std::string scheduler;
+  // Bearer token for the control API; empty when none.
+  std::string token;
   double timeout_seconds = 10;
   bool json = false;
   // submit: keep watching the job.
@@ -35,6 +37,9 @@ struct CtlOptions {
   // trace: recent steps to export, and the file to write (stdout if empty).
   int64_t trace_steps = 5;
   std::string trace_out;
+  // export: the checkpoint version (0: the latest); the file is trace_out
+  // (--out).
+  int64_t export_version = 0;
 };
 
 // The help text: commands, their arguments and the global flags.

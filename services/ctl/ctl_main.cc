@@ -13,12 +13,17 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/secret.h"
+#include "services/auth/security_flags.h"
 #include "services/ctl/commands.h"
 #include "services/ctl/job_input.h"
 
 ABSL_FLAG(std::string, scheduler, "",
           "Scheduler address host:port (default: $PIPETRAIN_SCHEDULER, else "
           "localhost:7000)");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the bearer token for the scheduler (default: "
+          "$PIPETRAIN_TOKEN)");
 ABSL_FLAG(double, timeout, 10, "Deadline of each call, in seconds");
 ABSL_FLAG(std::string, output, "table", "table or json");
 ABSL_FLAG(bool, watch, false, "submit: keep watching the job");
@@ -36,7 +41,10 @@ ABSL_FLAG(std::string, wire, "",
           "the spec)");
 ABSL_FLAG(int64_t, since, 0, "versions: history from this step on");
 ABSL_FLAG(int64_t, steps, 5, "trace: how many recent steps to export");
-ABSL_FLAG(std::string, out, "", "trace: write the Chrome trace JSON here");
+ABSL_FLAG(std::string, out, "",
+          "trace: write the Chrome trace JSON here; export: the model file");
+ABSL_FLAG(int64_t, version, 0,
+          "export: the checkpoint version to export (0: the latest)");
 ABSL_FLAG(int64_t, samples, 0, "evaluate: held-out samples (0: all)");
 
 namespace pipetrain {
@@ -52,9 +60,28 @@ std::string SchedulerAddress() {
   return env != nullptr && env[0] != '\0' ? env : kDefaultScheduler;
 }
 
+// --token_file, else $PIPETRAIN_TOKEN, else none.
+std::string TokenFromFlags(std::string* problem) {
+  const std::string file = absl::GetFlag(FLAGS_token_file);
+  if (!file.empty()) {
+    absl::StatusOr<std::string> token = ReadSecretFile("token_file", file);
+    if (!token.ok()) *problem = std::string(token.status().message());
+    return token.ok() ? *token : "";
+  }
+  const char* env = std::getenv("PIPETRAIN_TOKEN");
+  return env != nullptr ? env : "";
+}
+
 // Fills `options` from the flags; a usage problem, or empty.
 std::string OptionsFromFlags(CtlOptions* options) {
   options->scheduler = SchedulerAddress();
+  std::string problem;
+  options->token = TokenFromFlags(&problem);
+  if (!problem.empty()) return problem;
+  const absl::StatusOr<TransportSecurity> security =
+      SetUpTransportSecurityFromFlags({{"--scheduler", options->scheduler}},
+                                      /*client=*/true);
+  if (!security.ok()) return std::string(security.status().message());
   options->timeout_seconds = absl::GetFlag(FLAGS_timeout);
   if (!(options->timeout_seconds > 0)) return "--timeout must be positive";
   const std::string output = absl::GetFlag(FLAGS_output);
@@ -82,6 +109,7 @@ std::string OptionsFromFlags(CtlOptions* options) {
   options->eval_samples = absl::GetFlag(FLAGS_samples);
   options->trace_steps = absl::GetFlag(FLAGS_steps);
   options->trace_out = absl::GetFlag(FLAGS_out);
+  options->export_version = absl::GetFlag(FLAGS_version);
   return "";
 }
 
@@ -94,7 +122,8 @@ int main(int argc, char** argv) {
   // --help lists this file's flags (absl looks for pipetrainctl.cc).
   absl::FlagsUsageConfig usage_config;
   usage_config.contains_help_flags = [](absl::string_view path) {
-    return absl::StrContains(path, "ctl_main.cc");
+    return absl::StrContains(path, "ctl_main.cc") ||
+           absl::StrContains(path, "security_flags.cc");
   };
   absl::SetFlagsUsageConfig(usage_config);
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);

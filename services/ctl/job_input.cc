@@ -12,25 +12,7 @@
 namespace pipetrain {
 namespace ctl {
 absl::StatusOr<v1::JobSpec> ParseJobInput(const std::string& json) {
-  v1::JobSpec job;
-  const absl::Status as_job = ParseJson(json, &job);
-  if (as_job.ok() && job.has_training()) return job;
-  v1::TrainingSpec training;
-  const absl::Status as_training = ParseJson(json, &training);
-  if (as_training.ok()) {
-    // A JobSpec without `training` that also parses as a TrainingSpec can
-    // only be "{}"; either reading gives the same (empty) job.
-    v1::JobSpec wrapped;
-    *wrapped.mutable_training() = std::move(training);
-    return wrapped;
-  }
-  if (as_job.ok()) {
-    return absl::InvalidArgumentError(
-        "the JobSpec has no `training` (the model, data and optimizer)");
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("neither a JobSpec nor a TrainingSpec: ", as_job.message(),
-                   "; ", as_training.message()));
+  return ParseJobSpecJson(json);
 }
 
 absl::StatusOr<v1::JobSpec> ReadJobInput(const std::string& path) {

@@ -15,8 +15,8 @@ namespace pipetrain {
 namespace ctl {
 
 // Parses protobuf JSON as a JobSpec when it is one with a `training` field;
-// otherwise as a TrainingSpec wrapped in JobSpec.training. InvalidArgument
-// (with both parsers' complaints) when it is neither.
+// otherwise as a TrainingSpec wrapped in JobSpec.training: ParseJobSpecJson
+// (spec/job_spec.h), the reading the REST gateway shares.
 absl::StatusOr<v1::JobSpec> ParseJobInput(const std::string& json);
 
 // Reads `path` and parses it with ParseJobInput; errors name the file.

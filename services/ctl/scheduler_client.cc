@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/status_macros.h"
 #include "services/rpc/grpc_util.h"
 
 namespace pipetrain {
@@ -17,11 +18,12 @@ v1::JobActionRequest Action(const std::string& job_id) {
 }  // namespace
 
 SchedulerClient::SchedulerClient(const std::string& target,
-                                 double timeout_seconds)
+                                 double timeout_seconds, std::string token)
     : target_(target),
       timeout_seconds_(timeout_seconds),
       channel_(CreatePipetrainChannel(target)),
-      stub_(v1::SchedulerService::NewStub(channel_)) {}
+      stub_(v1::SchedulerService::NewStub(channel_)),
+      token_(std::move(token)) {}
 
 bool SchedulerClient::Connected() const {
   return channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY;
@@ -32,6 +34,7 @@ absl::StatusOr<Response> SchedulerClient::Call(const Rpc<Response>& rpc,
                                                double seconds) {
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(seconds));
+  if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
   Response response;
   const absl::Status status = FromGrpcStatus(rpc(&context, &response));
   if (!status.ok()) return status;
@@ -145,6 +148,57 @@ absl::StatusOr<v1::GetJobTraceResponse> SchedulerClient::GetJobTrace(
         return stub_->GetJobTrace(c, request, r);
       },
       timeout_seconds_);
+}
+
+absl::StatusOr<v1::ListCheckpointsResponse> SchedulerClient::ListCheckpoints(
+    const std::string& job_id) {
+  v1::ListCheckpointsRequest request;
+  request.set_job_id(job_id);
+  return Call<v1::ListCheckpointsResponse>(
+      [&](grpc::ClientContext* c, v1::ListCheckpointsResponse* r) {
+        return stub_->ListCheckpoints(c, request, r);
+      },
+      timeout_seconds_);
+}
+
+absl::StatusOr<v1::CheckpointJobResponse> SchedulerClient::CheckpointJob(
+    const std::string& job_id) {
+  v1::CheckpointJobRequest request;
+  request.set_job_id(job_id);
+  return Call<v1::CheckpointJobResponse>(
+      [&](grpc::ClientContext* c, v1::CheckpointJobResponse* r) {
+        return stub_->CheckpointJob(c, request, r);
+      },
+      timeout_seconds_);
+}
+
+absl::StatusOr<v1::RemoveWorkerResponse> SchedulerClient::RemoveWorker(
+    const std::string& worker_id) {
+  v1::RemoveWorkerRequest request;
+  request.set_worker_id(worker_id);
+  return Call<v1::RemoveWorkerResponse>(
+      [&](grpc::ClientContext* c, v1::RemoveWorkerResponse* r) {
+        return stub_->RemoveWorker(c, request, r);
+      },
+      timeout_seconds_);
+}
+
+absl::StatusOr<std::string> SchedulerClient::ExportModel(
+    const std::string& job_id, int64_t version) {
+  v1::ExportModelRequest request;
+  request.set_job_id(job_id);
+  request.set_version(version);
+  grpc::ClientContext ctx;
+  // A large model on a slow link: the export's deadline is generous.
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::seconds(600));
+  std::unique_ptr<grpc::ClientReader<v1::ExportModelChunk>> reader =
+      stub_->ExportModel(&ctx, request);
+  std::string out;
+  v1::ExportModelChunk chunk;
+  while (reader->Read(&chunk)) out += chunk.data();
+  RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+  return out;
 }
 
 }  // namespace ctl

@@ -20,7 +20,10 @@ namespace ctl {
 class SchedulerClient {
  public:
   // Connects lazily (the first call dials `target`); never fails here.
-  SchedulerClient(const std::string& target, double timeout_seconds);
+  // Every call carries `token` as "authorization: Bearer TOKEN" when it is
+  // not empty.
+  SchedulerClient(const std::string& target, double timeout_seconds,
+                  std::string token = "");
 
   const std::string& target() const { return target_; }
   double timeout_seconds() const { return timeout_seconds_; }
@@ -46,6 +49,15 @@ class SchedulerClient {
   static constexpr double kEvaluateMinSeconds = 300;
   absl::StatusOr<v1::GetJobTraceResponse> GetJobTrace(const std::string& job_id,
                                                       int64_t last_steps);
+  absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
+      const std::string& job_id);
+  absl::StatusOr<v1::CheckpointJobResponse> CheckpointJob(
+      const std::string& job_id);
+  absl::StatusOr<v1::RemoveWorkerResponse> RemoveWorker(
+      const std::string& worker_id);
+  // The model export of checkpoint `version` (0: the latest), whole.
+  absl::StatusOr<std::string> ExportModel(const std::string& job_id,
+                                          int64_t version);
 
  private:
   template <typename Response>
@@ -61,6 +73,7 @@ class SchedulerClient {
   const double timeout_seconds_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::SchedulerService::Stub> stub_;
+  const std::string token_;  // never logged
 };
 
 }  // namespace ctl

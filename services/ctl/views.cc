@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "services/ctl/job_input.h"
@@ -121,6 +122,29 @@ std::string EvaluationsTable(const v1::Job& job) {
   return out;
 }
 
+// The latest events, oldest first.
+std::string EventsTable(const v1::Job& job, int64_t now_unix_ms) {
+  TextTable table({{"WHEN"},
+                   {"EVENT"},
+                   {"STEP", true},
+                   {"VERSION", true},
+                   {"TIME", true},
+                   {"DETAIL"}});
+  const int n = job.events_size();
+  for (int i = std::max(0, n - kMaxEventRows); i < n; ++i) {
+    const v1::JobEvent& e = job.events(i);
+    table.AddRow({Age(e.unix_ms(), now_unix_ms), EventKindName(e.kind()),
+                  absl::StrCat(e.step()), absl::StrCat(e.version()),
+                  e.seconds() > 0 ? FormatSeconds(e.seconds()) : "-",
+                  e.message()});
+  }
+  std::string out = table.Render();
+  if (n > kMaxEventRows) {
+    absl::StrAppend(&out, "(last ", kMaxEventRows, " of ", n, " events)\n");
+  }
+  return out;
+}
+
 std::string ProgressField(const v1::Job& job) {
   std::string out = absl::StrCat(StepOf(job), " steps");
   if (job.total_steps() > 0)
@@ -226,6 +250,47 @@ std::string FormatJobDetail(const v1::Job& job, int64_t now_unix_ms) {
   if (job.stages_size() > 0) absl::StrAppend(&out, "\n", StagesTable(job));
   if (job.evaluations_size() > 1) {
     absl::StrAppend(&out, "\n", EvaluationsTable(job));
+  }
+  if (job.events_size() > 0) {
+    absl::StrAppend(&out, "\n", EventsTable(job, now_unix_ms));
+  }
+  return out;
+}
+
+std::string FormatCheckpoints(const v1::ListCheckpointsResponse& checkpoints,
+                              int64_t now_unix_ms) {
+  if (checkpoints.checkpoints_size() == 0) return "no checkpoints\n";
+  TextTable table({{"VERSION", true},
+                   {"STEP", true},
+                   {"SIZE", true},
+                   {"LAYERS", true},
+                   {"WRITTEN IN", true},
+                   {"AGE"}});
+  for (const v1::CheckpointInfo& c : checkpoints.checkpoints()) {
+    table.AddRow(
+        {absl::StrCat(c.version()), absl::StrCat(c.step()),
+         BytesOrDash(c.bytes()), absl::StrCat(c.num_layers()),
+         c.write_seconds() > 0 ? FormatSeconds(c.write_seconds()) : "-",
+         Age(c.created_unix_ms(), now_unix_ms)});
+  }
+  return table.Render();
+}
+
+std::string EventKindName(v1::JobEventKind kind) {
+  std::string name = v1::JobEventKind_Name(kind);
+  if (name.empty()) return absl::StrCat("event ", static_cast<int>(kind));
+  name = absl::AsciiStrToLower(name.substr(sizeof("JOB_EVENT_") - 1));
+  std::replace(name.begin(), name.end(), '_', ' ');
+  return name;
+}
+
+std::string FormatEventLine(const std::string& job_id,
+                            const v1::JobEvent& event) {
+  std::string out = absl::StrCat(job_id, " ", EventKindName(event.kind()),
+                                 " at step ", event.step());
+  if (!event.message().empty()) absl::StrAppend(&out, ": ", event.message());
+  if (event.seconds() > 0) {
+    absl::StrAppend(&out, " (", FormatSeconds(event.seconds()), ")");
   }
   return out;
 }

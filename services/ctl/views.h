@@ -27,9 +27,18 @@ std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
 
 // `get`: key/value lines (the latest evaluation among them), a table of the
 // stages, then the last kMaxEvaluationRows evaluations when there are
-// several (periodic ones).
+// several (periodic ones), then the last kMaxEventRows events.
 std::string FormatJobDetail(const v1::Job& job, int64_t now_unix_ms);
 inline constexpr int kMaxEvaluationRows = 10;
+inline constexpr int kMaxEventRows = 20;
+
+// JOB_EVENT_WORKER_LOST -> "worker lost".
+std::string EventKindName(v1::JobEventKind kind);
+
+// "job-3 recovered at step 40: resumed at step 40 from version 40 (2.31
+// s)", one line without a newline: what `watch` prints as an event arrives.
+std::string FormatEventLine(const std::string& job_id,
+                            const v1::JobEvent& event);
 
 // `plan`: a table of the stages, then the bottleneck, the predicted step
 // and bubble, and the planner's explanation.
@@ -40,6 +49,10 @@ std::string FormatPlan(const v1::Plan& plan);
 std::string FormatVersions(const v1::GetVersionsResponse& versions,
                            int64_t since_step, int64_t now_unix_ms,
                            size_t max_history);
+
+// `checkpoints`: VERSION STEP SIZE LAYERS WRITTEN-IN AGE; "no checkpoints".
+std::string FormatCheckpoints(const v1::ListCheckpointsResponse& checkpoints,
+                              int64_t now_unix_ms);
 
 // "test accuracy 86.9% on 10000 samples (loss 0.3712) at step 1875".
 std::string FormatEvalResult(const v1::EvalResult& eval);

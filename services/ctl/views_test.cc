@@ -24,6 +24,50 @@ TEST(TextTable, AlignsColumnsAndTrimsTrailingSpaces) {
             "longer  1234\n");
 }
 
+TEST(FormatJobDetail, EndsWithTheEventLog) {
+  v1::Job job;
+  job.set_id("job-3");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  v1::JobEvent* lost = job.add_events();
+  lost->set_kind(v1::JOB_EVENT_WORKER_LOST);
+  lost->set_message("worker w-2 of stage 1 was lost");
+  lost->set_step(42);
+  lost->set_version(42);
+  lost->set_unix_ms(kNow - 5'000);
+  v1::JobEvent* back = job.add_events();
+  back->set_kind(v1::JOB_EVENT_RECOVERED);
+  back->set_message("resumed at step 40 from version 40");
+  back->set_step(40);
+  back->set_version(40);
+  back->set_seconds(3.25);
+  back->set_unix_ms(kNow - 1'000);
+  const std::string detail = FormatJobDetail(job, kNow);
+  const std::string table =
+      "WHEN      EVENT        STEP  VERSION    TIME  DETAIL\n"
+      "5.0s ago  worker lost    42       42       -  worker w-2 of stage 1 "
+      "was lost\n"
+      "1.0s ago  recovered      40       40  3.25 s  resumed at step 40 from "
+      "version 40\n";
+  ASSERT_GE(detail.size(), table.size());
+  EXPECT_EQ(detail.substr(detail.size() - table.size()), table);
+  EXPECT_EQ(EventKindName(v1::JOB_EVENT_REPLANNED), "replanned");
+}
+
+TEST(FormatCheckpoints, ListsVersionStepSizeAndAge) {
+  v1::ListCheckpointsResponse list;
+  EXPECT_EQ(FormatCheckpoints(list, kNow), "no checkpoints\n");
+  v1::CheckpointInfo* c = list.add_checkpoints();
+  c->set_version(40);
+  c->set_step(40);
+  c->set_bytes(3 * kMiB);
+  c->set_num_layers(6);
+  c->set_write_seconds(0.25);
+  c->set_created_unix_ms(kNow - 2'000);
+  EXPECT_EQ(FormatCheckpoints(list, kNow),
+            "VERSION  STEP     SIZE  LAYERS  WRITTEN IN  AGE\n"
+            "     40    40  3.0 MiB       6    250.0 ms  2.0s ago\n");
+}
+
 TEST(FormatSeconds, PicksPrecisionByMagnitude) {
   EXPECT_EQ(FormatSeconds(0), "0.00 ms");
   EXPECT_EQ(FormatSeconds(0.0021), "2.10 ms");

@@ -165,6 +165,27 @@ int StopWatching(ProgressDisplay* display, const std::string& job_id) {
 
 }  // namespace
 
+std::vector<std::string> EventFeed::NewLines(const v1::Job& job) {
+  std::vector<std::string> lines;
+  // Events are appended in time order; the ones newer than the newest seen
+  // (or as new, past those already seen at that instant) are new.
+  int at_last = 0;
+  for (const v1::JobEvent& e : job.events()) {
+    if (e.unix_ms() < last_unix_ms_) continue;
+    if (e.unix_ms() == last_unix_ms_ && at_last++ < seen_at_last_ms_) continue;
+    if (looked_) lines.push_back(FormatEventLine(job.id(), e));
+  }
+  if (job.events_size() > 0) {
+    const int64_t newest = job.events().rbegin()->unix_ms();
+    int n = 0;
+    for (const v1::JobEvent& e : job.events()) n += e.unix_ms() == newest;
+    last_unix_ms_ = newest;
+    seen_at_last_ms_ = n;
+  }
+  looked_ = true;
+  return lines;
+}
+
 std::vector<std::string> EvaluationFeed::NewLines(const v1::Job& job) {
   std::vector<std::string> lines;
   const int n = job.evaluations_size();
@@ -189,6 +210,7 @@ absl::StatusOr<int> WatchJob(SchedulerClient* client, const std::string& job_id,
   ProgressDisplay display(!options.json && isatty(STDOUT_FILENO) == 1,
                           options.log_every_seconds);
   EvaluationFeed evaluations;
+  EventFeed events;
   bool answered = false;
   Clock::time_point last_answer = Clock::now();
   while (true) {
@@ -215,6 +237,9 @@ absl::StatusOr<int> WatchJob(SchedulerClient* client, const std::string& job_id,
         return ExitCodeFor(job->state());
       }
       if (!options.json) {
+        for (const std::string& line : events.NewLines(*job)) {
+          display.Permanent(line);
+        }
         for (const std::string& line : evaluations.NewLines(*job)) {
           display.Permanent(line);
         }

@@ -44,12 +44,27 @@ class EvaluationFeed {
   int seen_ = 0;
 };
 
+// Which events `watch` prints as their own lines: none of those that
+// happened before its first look, then every one that arrives (recoveries,
+// checkpoints, re-plans), as FormatEventLine text. Not thread-safe; owned
+// by one watch.
+class EventFeed {
+ public:
+  std::vector<std::string> NewLines(const v1::Job& job);
+
+ private:
+  bool looked_ = false;
+  // The newest event seen (events are bounded, so counts may not grow).
+  int64_t last_unix_ms_ = 0;
+  int seen_at_last_ms_ = 0;
+};
+
 // Polls GetJob until the job is COMPLETED (returns 0), FAILED or CANCELLED
 // (2), or the user presses Ctrl-C (130; the job keeps running). Each new
-// evaluation gets a line of its own (EvaluationFeed). A failed
-// call is returned as its status, except that a scheduler that has answered
-// before may be unreachable for up to reconnect_grace_seconds.
-// Call from the main thread: installs a SIGINT handler while it runs.
+// evaluation and event gets a line of its own (EvaluationFeed, EventFeed). A
+// failed call is returned as its status, except that a scheduler that has
+// answered before may be unreachable for up to reconnect_grace_seconds. Call
+// from the main thread: installs a SIGINT handler while it runs.
 absl::StatusOr<int> WatchJob(SchedulerClient* client, const std::string& job_id,
                              const WatchOptions& options);
 

@@ -1,16 +1,16 @@
 #include "services/http/http_server.h"
 
 #include <arpa/inet.h>
-#include <civetweb.h>
+#include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <mutex>
-#include <thread>
+#include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -20,19 +20,17 @@
 
 namespace pipetrain {
 
-// Defined in thread_stack_floor.cc (see there for why).
-size_t ThreadStackFloorBytes();
 namespace {
 
-// civetweb keeps global state that must be set up once per process.
-void InitCivetwebOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] { mg_init_library(0); });
-}
+// httplib matches routes with std::regex; this one takes every path. Paths
+// are bounded by httplib's 8 KiB request-line limit (longer ones get 414
+// before routing), which keeps libstdc++'s recursive matcher shallow.
+constexpr char kAnyPath[] = ".*";
 
-int OnCivetwebLog(const mg_connection* /*conn*/, const char* message) {
-  PT_LOG(WARNING) << "civetweb: " << message;
-  return 1;  // handled; civetweb prints nothing itself
+// Headers httplib adds to a request itself; they are not the client's.
+bool IsAddedByHttplib(const std::string& name) {
+  return name == "REMOTE_ADDR" || name == "REMOTE_PORT" ||
+         name == "LOCAL_ADDR" || name == "LOCAL_PORT";
 }
 
 std::string JsonQuote(const std::string& s) {
@@ -76,61 +74,69 @@ bool PrefixMatches(const std::string& prefix, const std::string& path) {
   return path.size() == prefix.size() || path[prefix.size()] == '/';
 }
 
-enum class BodyResult { kOk, kTooLarge, kReadError };
+enum class BodyResult { kOk, kTooLarge, kReadError, kMultipart };
 
-// Reads the request body, stopping once it would exceed `max_bytes`.
-BodyResult ReadBody(mg_connection* conn, long long content_length,
-                    size_t max_bytes, std::string* body) {
-  if (content_length > static_cast<long long>(max_bytes)) {
-    return BodyResult::kTooLarge;
-  }
-  if (content_length > 0) body->reserve(static_cast<size_t>(content_length));
-  char buf[16384];
-  while (true) {
-    const int n = mg_read(conn, buf, sizeof(buf));
-    if (n == 0) return BodyResult::kOk;
-    if (n < 0) return BodyResult::kReadError;
-    if (body->size() + static_cast<size_t>(n) > max_bytes) {
-      return BodyResult::kTooLarge;
-    }
-    body->append(buf, static_cast<size_t>(n));
-  }
-}
-
-HttpRequest RequestFromConnection(const mg_request_info& info) {
+HttpRequest RequestFrom(const httplib::Request& in) {
   HttpRequest request;
-  request.method = info.request_method != nullptr ? info.request_method : "";
-  const char* path =
-      info.local_uri != nullptr ? info.local_uri : info.request_uri;
-  request.path = path != nullptr ? path : "/";
-  if (info.query_string != nullptr) request.query = info.query_string;
-  for (int i = 0; i < info.num_headers; ++i) {
-    const mg_header& header = info.http_headers[i];
-    if (header.name == nullptr) continue;
-    std::string& value = request.headers[absl::AsciiStrToLower(header.name)];
-    if (!value.empty()) value.append(", ");
-    value.append(header.value != nullptr ? header.value : "");
+  request.method = in.method;
+  request.path = in.path;  // decoded by httplib
+  const size_t question = in.target.find('?');
+  if (question != std::string::npos)
+    request.query = in.target.substr(question + 1);
+  for (const auto& [name, value] : in.headers) {
+    if (IsAddedByHttplib(name)) continue;
+    std::string& joined = request.headers[absl::AsciiStrToLower(name)];
+    if (!joined.empty()) joined.append(", ");
+    joined.append(value);
   }
   return request;
 }
 
-void SendResponse(mg_connection* conn, const HttpResponse& response) {
-  mg_response_header_start(conn, response.status);
-  mg_response_header_add(conn, "Content-Type", response.content_type.c_str(),
-                         -1);
-  const std::string length = std::to_string(response.body.size());
-  mg_response_header_add(conn, "Content-Length", length.c_str(), -1);
+void SendTo(const HttpResponse& response, httplib::Response* out) {
+  out->status = response.status;
   for (const auto& [name, value] : response.headers) {
-    mg_response_header_add(conn, name.c_str(), value.c_str(), -1);
+    out->set_header(name, value);
   }
-  mg_response_header_send(conn);
-  if (!response.body.empty()) {
-    mg_write(conn, response.body.data(), response.body.size());
-  }
+  // Sets Content-Type; httplib adds Content-Length.
+  out->set_content(response.body, response.content_type);
 }
 
-// civetweb reports a failed bind only as "Failed to setup server ports";
-// binding the address ourselves names the cause (e.g. address in use).
+// Reads the request body into `body`, stopping once it would exceed
+// `max_bytes` (after decoding any Content-Encoding). Without Content-Length
+// or chunked encoding a request has no body (RFC 9112 6.3); httplib alone
+// would read until the client closes.
+BodyResult ReadBody(const httplib::Request& request,
+                    const httplib::ContentReader& reader, size_t max_bytes,
+                    std::string* body) {
+  const bool chunked =
+      request.get_header_value("Transfer-Encoding") == std::string("chunked");
+  if (!chunked && !request.has_header("Content-Length")) return BodyResult::kOk;
+  // httplib would parse a multipart body into parts, not bytes; no route
+  // here takes one.
+  if (request.is_multipart_form_data()) return BodyResult::kMultipart;
+  if (!chunked) {
+    // Refused from the declared length alone, before any of it is read
+    // (httplib's own limit would read and discard the whole body first).
+    const uint64_t declared =
+        request.get_header_value<uint64_t>("Content-Length");
+    if (declared > max_bytes) return BodyResult::kTooLarge;
+    body->reserve(static_cast<size_t>(declared));
+  }
+  bool too_large = false;
+  const bool read = reader([&](const char* data, size_t length) {
+    if (body->size() + length > max_bytes) {
+      too_large = true;
+      return false;
+    }
+    body->append(data, length);
+    return true;
+  });
+  if (too_large) return BodyResult::kTooLarge;
+  return read ? BodyResult::kOk : BodyResult::kReadError;
+}
+
+// httplib reports a failed bind only as failure; binding the address
+// ourselves names the cause (e.g. address in use).
 std::string ProbeBindError(const HttpServerOptions& options) {
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
@@ -167,7 +173,78 @@ absl::Status ValidateOptions(const HttpServerOptions& options) {
   if (options.request_timeout_ms < 1) {
     return absl::InvalidArgumentError("http: request timeout must be > 0");
   }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "http: a TLS certificate needs its key, and a key its certificate");
+  }
   return absl::OkStatus();
+}
+
+// An idle keep-alive connection holds a pool thread this long, and Stop
+// may wait for it as long.
+constexpr time_t kKeepAliveSeconds = 2;
+
+std::string OpenSslError() {
+  const unsigned long code = ERR_get_error();
+  ERR_clear_error();
+  if (code == 0) return "";
+  char text[256];
+  ERR_error_string_n(code, text, sizeof(text));
+  return absl::StrCat(" (", text, ")");
+}
+
+absl::StatusOr<std::unique_ptr<httplib::Server>> NewHttpsServer(
+    const HttpServerOptions& options) {
+  std::string error;
+  auto server = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
+    SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(&ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+    const std::string& cert = options.tls_cert_file;
+    const std::string& key = options.tls_key_file;
+    if (SSL_CTX_use_certificate_chain_file(&ctx, cert.c_str()) != 1) {
+      error = absl::StrCat("cannot load certificate chain ", cert);
+    } else if (SSL_CTX_use_PrivateKey_file(&ctx, key.c_str(),
+                                           SSL_FILETYPE_PEM) != 1) {
+      error = absl::StrCat("cannot load private key ", key);
+    } else if (SSL_CTX_check_private_key(&ctx) != 1) {
+      error = absl::StrCat("private key ", key, " does not match ", cert);
+    } else {
+      return true;
+    }
+    absl::StrAppend(&error, OpenSslError());
+    return false;
+  });
+  if (!server->is_valid()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "https: ", error.empty() ? "cannot create a TLS context" : error));
+  }
+  return server;
+}
+
+absl::StatusOr<std::unique_ptr<httplib::Server>> NewHttplibServer(
+    const HttpServerOptions& options) {
+  std::unique_ptr<httplib::Server> server;
+  if (options.tls_cert_file.empty()) {
+    server = std::make_unique<httplib::Server>();
+  } else {
+    ASSIGN_OR_RETURN(server, NewHttpsServer(options));
+  }
+  const size_t threads = static_cast<size_t>(options.threads);
+  server->new_task_queue = [threads] {
+    return new httplib::ThreadPool(threads);
+  };
+  // httplib's default sets SO_REUSEPORT, which would let a second server
+  // share a busy port instead of failing to bind it.
+  server->set_socket_options([](int fd) {
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  });
+  const time_t seconds = options.request_timeout_ms / 1000;
+  const time_t micros = (options.request_timeout_ms % 1000) * 1000;
+  server->set_read_timeout(seconds, micros);
+  server->set_write_timeout(seconds, micros);
+  server->set_keep_alive_timeout(kKeepAliveSeconds);
+  return server;
 }
 
 }  // namespace
@@ -189,78 +266,84 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const HttpServerOptions& options) {
   RETURN_IF_ERROR(ValidateOptions(options));
-  InitCivetwebOnce();
-  // Keeps the thread stack floor linked in; civetweb threads need it.
-  static_cast<void>(ThreadStackFloorBytes());
   std::unique_ptr<HttpServer> server(new HttpServer(options));
+  ASSIGN_OR_RETURN(server->server_, NewHttplibServer(options));
+  server->InstallCatchAllRoutes();
 
-  const std::string address = absl::StrCat(
-      options.host.empty() ? "0.0.0.0" : options.host, ":", options.port);
-  const std::string threads = std::to_string(options.threads);
-  const std::string timeout = std::to_string(options.request_timeout_ms);
-  const char* config[] = {
-      "listening_ports",    address.c_str(), "num_threads", threads.c_str(),
-      "request_timeout_ms", timeout.c_str(), nullptr};
-  mg_callbacks callbacks = {};
-  callbacks.begin_request = &HttpServer::OnRequest;
-  callbacks.log_message = &OnCivetwebLog;
-  mg_init_data init = {};
-  init.callbacks = &callbacks;
-  init.user_data = server.get();
-  init.configuration_options = config;
-  char error_text[256] = "";
-  mg_error_data error = {};
-  error.text = error_text;
-  error.text_buffer_size = sizeof(error_text);
-
-  mg_context* ctx = mg_start2(&init, &error);
-  if (ctx == nullptr) {
+  const std::string host = options.host.empty() ? "0.0.0.0" : options.host;
+  const std::string address = absl::StrCat(host, ":", options.port);
+  const int port =
+      options.port == 0
+          ? server->server_->bind_to_any_port(host)
+          : (server->server_->bind_to_port(host, options.port) ? options.port
+                                                               : -1);
+  if (port <= 0) {
     return absl::UnavailableError(absl::StrCat(
-        "http: cannot listen on ", address, ": ",
-        error_text[0] != '\0' ? error_text : "civetweb failed to start",
-        ProbeBindError(options)));
+        "http: cannot listen on ", address, ProbeBindError(options)));
   }
-  mg_server_port ports[1] = {};
-  if (mg_get_server_ports(ctx, 1, ports) < 1 || ports[0].port <= 0) {
-    mg_stop(ctx);
-    return absl::InternalError(
-        absl::StrCat("http: no listening port after binding ", address));
-  }
-  server->port_ = ports[0].port;
+  server->port_ = port;
+  httplib::Server* raw = server->server_.get();
   absl::MutexLock lock(&server->lifecycle_mu_);
-  server->ctx_ = ctx;
+  server->listener_ = std::thread([raw] { raw->listen_after_bind(); });
+  // httplib's stop() does nothing until the accept loop has started, so a
+  // Stop right after Start would leave the listener blocked in accept.
+  while (!raw->is_running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return server;
 }
 
 void HttpServer::Stop() {
   absl::MutexLock lock(&lifecycle_mu_);
-  if (ctx_ == nullptr) return;
-  // civetweb's accept loop checks its stop flag only between polls of up to
-  // two seconds; connecting to ourselves wakes it so Stop returns promptly.
-  std::atomic<bool> stopped{false};
-  std::thread waker([this, &stopped] { WakeAcceptLoop(&stopped); });
-  mg_stop(ctx_);  // joins the worker threads
-  stopped.store(true);
-  waker.join();
-  ctx_ = nullptr;
+  if (!listener_.joinable()) return;
+  // Closes the listening socket; the accept loop then joins the pool, whose
+  // threads finish their requests (an idle keep-alive connection within
+  // kKeepAliveSeconds).
+  server_->stop();
+  listener_.join();
 }
 
-void HttpServer::WakeAcceptLoop(const std::atomic<bool>* stopped) const {
-  const std::string& host = options_.host;
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port_));
-  inet_pton(AF_INET,
-            host.empty() || host == "0.0.0.0" ? "127.0.0.1" : host.c_str(),
-            &addr.sin_addr);
-  while (true) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (stopped->load()) return;
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    (void)connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
-    close(fd);
+void HttpServer::InstallCatchAllRoutes() {
+  httplib::Server::Handler no_body = [this](const httplib::Request& in,
+                                            httplib::Response& out) {
+    SendTo(Dispatch(RequestFrom(in)), &out);
+  };
+  httplib::Server::HandlerWithContentReader with_body =
+      [this](const httplib::Request& in, httplib::Response& out,
+             const httplib::ContentReader& reader) {
+        SendTo(Answer(in, reader), &out);
+      };
+  server_->Get(kAnyPath, no_body);  // also HEAD, which Dispatch routes as such
+  server_->Options(kAnyPath, no_body);
+  server_->Post(kAnyPath, with_body);
+  server_->Put(kAnyPath, with_body);
+  server_->Patch(kAnyPath, with_body);
+  server_->Delete(kAnyPath, with_body);
+}
+
+HttpResponse HttpServer::Answer(const httplib::Request& in,
+                                const httplib::ContentReader& reader) const {
+  HttpRequest request = RequestFrom(in);
+  const size_t limit = options_.max_body_bytes;
+  switch (ReadBody(in, reader, limit, &request.body)) {
+    case BodyResult::kOk:
+      return Dispatch(request);
+    case BodyResult::kTooLarge: {
+      // The rest of the body stays unread: the connection must not be
+      // reused for another request.
+      HttpResponse response = ErrorResponse(
+          413, absl::StrCat("request body exceeds ", limit, " bytes"));
+      response.headers.emplace_back("Connection", "close");
+      return response;
+    }
+    case BodyResult::kMultipart:
+      return ErrorResponse(415, "multipart bodies are not accepted");
+    case BodyResult::kReadError:
+      break;
   }
+  HttpResponse response = ErrorResponse(400, "could not read the request body");
+  response.headers.emplace_back("Connection", "close");
+  return response;
 }
 
 void HttpServer::Handle(const std::string& method,
@@ -312,34 +395,6 @@ HttpResponse HttpServer::Dispatch(const HttpRequest& request) const {
     return response;
   }
   return (*handler)(request);  // no lock held: handlers may take their time
-}
-
-int HttpServer::OnRequest(mg_connection* conn) {
-  const mg_request_info* info = mg_get_request_info(conn);
-  if (info == nullptr) return 0;
-  const HttpServer* server = static_cast<const HttpServer*>(info->user_data);
-  HttpRequest request = RequestFromConnection(*info);
-  HttpResponse response;
-  switch (ReadBody(conn, info->content_length, server->options_.max_body_bytes,
-                   &request.body)) {
-    case BodyResult::kTooLarge:
-      // Close instead of draining the rest of the body, which civetweb would
-      // otherwise do (up to the request timeout) to keep the connection.
-      mg_disable_connection_keep_alive(conn);
-      response = ErrorResponse(
-          413, absl::StrCat("request body exceeds ",
-                            server->options_.max_body_bytes, " bytes"));
-      break;
-    case BodyResult::kReadError:
-      mg_disable_connection_keep_alive(conn);
-      response = ErrorResponse(400, "could not read the request body");
-      break;
-    case BodyResult::kOk:
-      response = server->Dispatch(request);
-      break;
-  }
-  SendResponse(conn, response);
-  return response.status;
 }
 
 void ServeMetrics(HttpServer* server, const MetricsRegistry* registry) {

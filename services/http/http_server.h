@@ -1,5 +1,7 @@
-// A small embedded HTTP/1.1 server for /metrics, health and JSON admin
-// routes, built on civetweb's C API (CivetServer.h throws; we never do).
+// A small embedded HTTP/1.1 (or HTTPS) server for /metrics, health and JSON
+// admin routes, built on cpp-httplib (Debian's libcpp-httplib, linked with
+// OpenSSL 3). Nothing here throws; httplib's handlers run on its own pool
+// threads, which have the default (8 MiB) stack.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> http,
 //                    HttpServer::Start("0.0.0.0", 9100, 2));
@@ -12,26 +14,32 @@
 // matches whole path segments: "/api" matches "/api" and "/api/jobs/7" but
 // not "/apix"; "/" matches everything. No route → 404, a route without the
 // request's method → 405 (with an Allow header); both have a JSON body
-// {"error": "..."}. Bodies over the configured limit → 413.
+// {"error": "..."}. Bodies over the configured limit → 413 (also when only
+// the declared Content-Length is too large: the body is then never read).
+// With a certificate and key in the options the port speaks only HTTPS; a
+// plaintext request to it fails the TLS handshake and is closed.
 #ifndef PIPETRAIN_SERVICES_HTTP_HTTP_SERVER_H_
 #define PIPETRAIN_SERVICES_HTTP_HTTP_SERVER_H_
 
-#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/metrics.h"
+#include "common/metrics_registry.h"
 
-struct mg_context;
-struct mg_connection;
+namespace httplib {
+class ContentReader;
+struct Request;
+class Server;
+}  // namespace httplib
 
 namespace pipetrain {
 
@@ -63,6 +71,10 @@ struct HttpServerOptions {
   int threads = 2;
   size_t max_body_bytes = size_t{16} << 20;
   int request_timeout_ms = 30000;
+  // PEM certificate chain and private key: serve HTTPS (TLS 1.2 or later)
+  // with them. Both or neither. Clients are not asked for certificates.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // Thread-safe: Handle, port and Stop may be called from any thread,
@@ -71,8 +83,9 @@ struct HttpServerOptions {
 class HttpServer {
  public:
   // Binds and starts serving. kInvalidArgument for a bad host, port, thread
-  // count or limit; kUnavailable (naming host:port) when the port cannot be
-  // bound, e.g. because it is busy.
+  // count or limit, or a certificate/key that cannot be loaded; kUnavailable
+  // (naming host:port) when the port cannot be bound, e.g. because it is
+  // busy.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const HttpServerOptions& options);
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
@@ -84,6 +97,8 @@ class HttpServer {
 
   // The port actually bound (the chosen one when 0 was requested).
   int port() const { return port_; }
+  // True when the port speaks HTTPS.
+  bool https() const { return !options_.tls_cert_file.empty(); }
 
   // Routes `method` (case-insensitive) on `path_prefix` to `handler`,
   // replacing any handler for the same pair; a null handler removes it.
@@ -95,24 +110,33 @@ class HttpServer {
   // Stops listening and waits for running handlers. Idempotent.
   void Stop();
 
+  // Routes and answers one request whose body has been read, as a
+  // connection's request is answered; in-process callers (the REST fuzzer)
+  // use it without a connection.
+  HttpResponse Dispatch(const HttpRequest& request) const;
+
  private:
   explicit HttpServer(HttpServerOptions options);
 
-  // civetweb entry point; `conn` belongs to a civetweb worker thread.
-  static int OnRequest(mg_connection* conn);
-  // Connects to the listening port every few milliseconds until `stopped`.
-  void WakeAcceptLoop(const std::atomic<bool>* stopped) const;
-  // Routes and answers one request.
-  HttpResponse Dispatch(const HttpRequest& request) const;
+  // Sends every method and path to Dispatch, reading bodies under the
+  // limit; runs once in Start, before the listener starts.
+  void InstallCatchAllRoutes();
+  // Reads the body of a request that may have one and dispatches it.
+  HttpResponse Answer(const httplib::Request& in,
+                      const httplib::ContentReader& reader) const;
 
   // Constant after Start.
   const HttpServerOptions options_;
   int port_ = 0;
 
-  // Serializes Stop; held across mg_stop so a second Stop returns only once
-  // the server has stopped.
+  // Set in Start, never replaced; its handlers only call Dispatch.
+  std::unique_ptr<httplib::Server> server_;
+
+  // Serializes Stop; held across the listener's join so a second Stop
+  // returns only once the server has stopped.
   absl::Mutex lifecycle_mu_;
-  mg_context* ctx_ ABSL_GUARDED_BY(lifecycle_mu_) = nullptr;
+  // Runs httplib's accept loop; joinable until Stop.
+  std::thread listener_ ABSL_GUARDED_BY(lifecycle_mu_);
 
   // Guards the routing table; never held while a handler runs.
   mutable absl::Mutex routes_mu_;

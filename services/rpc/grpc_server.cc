@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/rpc/grpc_util.h"
+#include "services/rpc/transport_security.h"
 
 namespace pipetrain {
 
@@ -21,11 +22,18 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     const std::string& address, grpc::Service* service, int* port) {
+  return StartGrpcServer(address, service, port,
+                         ProcessTransportSecurity().ServerCredentials());
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const std::string& address, grpc::Service* service, int* port,
+    std::shared_ptr<grpc::ServerCredentials> credentials) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder);
   *port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+  builder.AddListeningPort(address, std::move(credentials), port);
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *port == 0) {

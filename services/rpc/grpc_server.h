@@ -20,6 +20,11 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder);
 // the bound port. Unavailable when the address is taken or invalid.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     const std::string& address, grpc::Service* service, int* port);
+// The same with explicit credentials instead of the process's
+// (transport_security.h).
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const std::string& address, grpc::Service* service, int* port,
+    std::shared_ptr<grpc::ServerCredentials> credentials);
 
 }  // namespace pipetrain
 

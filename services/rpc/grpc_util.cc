@@ -1,5 +1,7 @@
 #include "services/rpc/grpc_util.h"
 
+#include "services/rpc/transport_security.h"
+
 namespace pipetrain {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -32,7 +34,14 @@ grpc::ChannelArguments DefaultChannelArguments() {
 
 std::shared_ptr<grpc::Channel> CreatePipetrainChannel(
     const std::string& target) {
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+  return CreatePipetrainChannel(
+      target, ProcessTransportSecurity().ChannelCredentials());
+}
+
+std::shared_ptr<grpc::Channel> CreatePipetrainChannel(
+    const std::string& target,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return grpc::CreateCustomChannel(target, std::move(credentials),
                                    DefaultChannelArguments());
 }
 

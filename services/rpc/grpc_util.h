@@ -27,8 +27,13 @@ inline constexpr int kHttp2FrameBytes = 1 << 20;
 
 // Keepalive on, raised message limits.
 grpc::ChannelArguments DefaultChannelArguments();
+// A channel with the shared settings and the process's credentials
+// (transport_security.h), or explicit ones.
 std::shared_ptr<grpc::Channel> CreatePipetrainChannel(
     const std::string& target);
+std::shared_ptr<grpc::Channel> CreatePipetrainChannel(
+    const std::string& target,
+    std::shared_ptr<grpc::ChannelCredentials> credentials);
 
 // A deadline `seconds` from now, for unary calls.
 std::chrono::system_clock::time_point DeadlineIn(double seconds);

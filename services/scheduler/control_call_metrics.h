@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/metrics.h"
+#include "common/metrics_registry.h"
 
 namespace pipetrain {
 

@@ -1,11 +1,13 @@
 // GrpcStageControl: the scheduler's StageControl over gRPC, one unary call
-// per method with a deadline, statuses converted in services/rpc/grpc_util.
+// per method with a deadline (state transfers: one stream each way, with a
+// deadline sized for the bytes), statuses converted in services/rpc/grpc_util.
 #ifndef PIPETRAIN_SERVICES_SCHEDULER_GRPC_STAGE_CONTROL_H_
 #define PIPETRAIN_SERVICES_SCHEDULER_GRPC_STAGE_CONTROL_H_
 
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -32,6 +34,16 @@ class GrpcStageControl final : public StageControl {
   absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string& address,
                                                 const std::string& job_id,
                                                 int64_t since_step) override;
+  absl::StatusOr<int64_t> Snapshot(const std::string& address,
+                                   const std::string& job_id,
+                                   int64_t step) override;
+  absl::Status FetchSnapshot(const std::string& address,
+                             const std::string& job_id, int64_t step,
+                             const StageStateSink& sink) override;
+  absl::StatusOr<int64_t> RestoreState(
+      const std::string& address, const std::string& job_id,
+      const StageStateInfo& info,
+      const std::vector<StateTensor>& tensors) override;
 
  private:
   v1::StageService::Stub* StubFor(const std::string& address);

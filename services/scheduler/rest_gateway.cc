@@ -6,7 +6,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/logging.h"
 #include "common/proto_json.h"
+#include "common/status_macros.h"
+#include "spec/job_spec.h"
 
 namespace pipetrain {
 namespace {
@@ -42,10 +45,36 @@ HttpResponse JsonResponse(const google::protobuf::Message& msg) {
   return r;
 }
 
-// Times a call, records it, and turns its result into a response.
+// One REST request and what serves it.
+struct RestCall {
+  SchedulerCore* core;
+  ControlCallMetrics* metrics;
+  const ApiAuthorizer* auth;
+  const HttpRequest& request;
+};
+
+// The caller may call `method` (the access table's name for the route);
+// refusals are recorded and logged with the peer, never the token.
+absl::Status Authorize(const RestCall& c, const char* method) {
+  auto header = c.request.headers.find("authorization");
+  const absl::Status allowed = c.auth->Authorize(
+      header == c.request.headers.end() ? "" : header->second, method);
+  if (!allowed.ok()) {
+    PT_LOG(WARNING) << "REST " << method << " refused: " << allowed.message();
+    c.metrics->Record(method, "rest", 0, allowed);
+  }
+  return allowed;
+}
+
+// Authorizes, times a call, records it, and turns its result into a
+// response. `call` parses the body, so an unauthorized caller learns
+// nothing from parse errors.
 template <typename Resp>
-HttpResponse Respond(ControlCallMetrics* metrics, const char* method,
+HttpResponse Respond(const RestCall& c, const char* method,
                      const std::function<absl::StatusOr<Resp>()>& call) {
+  const absl::Status allowed = Authorize(c, method);
+  if (!allowed.ok()) return ErrorResponse(allowed);
+  ControlCallMetrics* metrics = c.metrics;
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<Resp> result = call();
   metrics->Record(
@@ -107,8 +136,9 @@ HttpResponse NotFound(const std::string& path) {
   return ErrorResponse(absl::NotFoundError(absl::StrCat("no route ", path)));
 }
 
-HttpResponse GetJobs(SchedulerCore* core, ControlCallMetrics* m,
-                     const HttpRequest& req) {
+HttpResponse GetJobs(const RestCall& m) {
+  SchedulerCore* core = m.core;
+  const HttpRequest& req = m.request;
   auto path = ParseJobPath(req.path.substr(std::string("/v1/jobs").size()));
   if (!path.ok()) return ErrorResponse(path.status());
   if (path->id.empty()) {
@@ -131,9 +161,11 @@ HttpResponse GetJobs(SchedulerCore* core, ControlCallMetrics* m,
     v1::GetJobTraceRequest r;
     r.set_job_id(path->id);
     r.set_last_steps(QueryInt(req.query, "last_steps"));
+    const absl::Status allowed = Authorize(m, "GetJobTrace");
+    if (!allowed.ok()) return ErrorResponse(allowed);
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<v1::GetJobTraceResponse> trace = core->GetJobTrace(r);
-    m->Record(
+    m.metrics->Record(
         "GetJobTrace", "rest",
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count(),
@@ -150,18 +182,50 @@ HttpResponse GetJobs(SchedulerCore* core, ControlCallMetrics* m,
     return Respond<v1::GetVersionsResponse>(
         m, "GetVersions", [&] { return core->GetVersions(r); });
   }
+  if (path->tail == "model") {
+    // The body is the safetensors file itself.
+    v1::ExportModelRequest r;
+    r.set_job_id(path->id);
+    r.set_version(QueryInt(req.query, "version"));
+    const absl::Status allowed = Authorize(m, "ExportModel");
+    if (!allowed.ok()) return ErrorResponse(allowed);
+    HttpResponse response;
+    response.content_type = "application/octet-stream";
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status exported =
+        core->ExportModel(r, [&response](absl::string_view piece) {
+          response.body.append(piece.data(), piece.size());
+          return absl::OkStatus();
+        });
+    m.metrics->Record(
+        "ExportModel", "rest",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count(),
+        exported);
+    if (!exported.ok()) return ErrorResponse(exported);
+    return response;
+  }
+  if (path->tail == "checkpoints") {
+    v1::ListCheckpointsRequest r;
+    r.set_job_id(path->id);
+    return Respond<v1::ListCheckpointsResponse>(
+        m, "ListCheckpoints", [&] { return core->ListCheckpoints(r); });
+  }
   return NotFound(req.path);
 }
 
-HttpResponse PostJobs(SchedulerCore* core, ControlCallMetrics* m,
-                      const HttpRequest& req) {
+HttpResponse PostJobs(const RestCall& m) {
+  SchedulerCore* core = m.core;
+  const HttpRequest& req = m.request;
   auto path = ParseJobPath(req.path.substr(std::string("/v1/jobs").size()));
   if (!path.ok()) return ErrorResponse(path.status());
   if (path->id.empty()) {
-    v1::SubmitJobRequest r;
-    const absl::Status parsed = ParseBody(req.body, r.mutable_spec());
-    if (!parsed.ok()) return ErrorResponse(parsed);
-    return Respond<v1::Job>(m, "SubmitJob", [&] { return core->SubmitJob(r); });
+    return Respond<v1::Job>(m, "SubmitJob", [&]() -> absl::StatusOr<v1::Job> {
+      // A whole JobSpec or a bare TrainingSpec, as pipetrainctl reads files.
+      v1::SubmitJobRequest r;
+      ASSIGN_OR_RETURN(*r.mutable_spec(), ParseJobSpecJson(req.body));
+      return core->SubmitJob(r);
+    });
   }
   if (!path->tail.empty()) return NotFound(req.path);
   v1::JobActionRequest action;
@@ -179,16 +243,23 @@ HttpResponse PostJobs(SchedulerCore* core, ControlCallMetrics* m,
                             [&] { return core->CancelJob(action); });
   }
   if (path->action == "evaluate") {
-    v1::EvaluateRequest r;
-    const absl::Status parsed = ParseBody(req.body, &r);
-    if (!parsed.ok()) return ErrorResponse(parsed);
-    r.set_job_id(path->id);
     return Respond<v1::EvalResult>(m, "Evaluate",
-                                   [&] { return core->Evaluate(r); });
+                                   [&]() -> absl::StatusOr<v1::EvalResult> {
+                                     v1::EvaluateRequest r;
+                                     RETURN_IF_ERROR(ParseBody(req.body, &r));
+                                     r.set_job_id(path->id);
+                                     return core->Evaluate(r);
+                                   });
   }
-  return ErrorResponse(absl::NotFoundError(
-      absl::StrCat("unknown action '", path->action,
-                   "' (want :pause, :resume, :cancel or :evaluate)")));
+  if (path->action == "checkpoint") {
+    v1::CheckpointJobRequest r;
+    r.set_job_id(path->id);
+    return Respond<v1::CheckpointJobResponse>(
+        m, "CheckpointJob", [&] { return core->CheckpointJob(r); });
+  }
+  return ErrorResponse(absl::NotFoundError(absl::StrCat(
+      "unknown action '", path->action,
+      "' (want :pause, :resume, :cancel, :evaluate or :checkpoint)")));
 }
 
 }  // namespace
@@ -226,18 +297,40 @@ int HttpStatusFor(absl::StatusCode code) {
 }
 
 void InstallRestGateway(HttpServer* http, SchedulerCore* core,
-                        ControlCallMetrics* metrics) {
-  http->Handle("GET", "/v1/jobs", [core, metrics](const HttpRequest& r) {
-    return GetJobs(core, metrics, r);
+                        ControlCallMetrics* metrics,
+                        const ApiAuthorizer* auth) {
+  http->Handle("GET", "/v1/jobs", [=](const HttpRequest& r) {
+    return GetJobs(RestCall{core, metrics, auth, r});
   });
-  http->Handle("POST", "/v1/jobs", [core, metrics](const HttpRequest& r) {
-    return PostJobs(core, metrics, r);
+  http->Handle("POST", "/v1/jobs", [=](const HttpRequest& r) {
+    return PostJobs(RestCall{core, metrics, auth, r});
   });
-  http->Handle("GET", "/v1/workers", [core, metrics](const HttpRequest& r) {
+  http->Handle("GET", "/v1/workers", [=](const HttpRequest& r) {
     if (r.path != "/v1/workers") return NotFound(r.path);
-    return Respond<v1::ListWorkersResponse>(metrics, "ListWorkers", [&] {
-      return core->ListWorkers(v1::ListWorkersRequest());
-    });
+    return Respond<v1::ListWorkersResponse>(
+        RestCall{core, metrics, auth, r}, "ListWorkers",
+        [&] { return core->ListWorkers(v1::ListWorkersRequest()); });
+  });
+  http->Handle("DELETE", "/v1/workers/", [=](const HttpRequest& r) {
+    v1::RemoveWorkerRequest q;
+    q.set_worker_id(r.path.substr(std::string("/v1/workers/").size()));
+    return Respond<v1::RemoveWorkerResponse>(
+        RestCall{core, metrics, auth, r}, "RemoveWorker",
+        [&] { return core->RemoveWorker(q); });
+  });
+}
+
+void ServeMetricsWithAuth(HttpServer* http, const MetricsRegistry* registry,
+                          ControlCallMetrics* metrics,
+                          const ApiAuthorizer* auth) {
+  http->Handle("GET", "/metrics", [=](const HttpRequest& r) {
+    const absl::Status allowed =
+        Authorize(RestCall{nullptr, metrics, auth, r}, "Metrics");
+    if (!allowed.ok()) return ErrorResponse(allowed);
+    HttpResponse response;
+    response.content_type = kPrometheusTextContentType;
+    response.body = registry->RenderText();
+    return response;
   });
 }
 

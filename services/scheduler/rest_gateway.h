@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "scheduler/scheduler_core.h"
+#include "services/auth/access_policy.h"
 #include "services/http/http_server.h"
 #include "services/scheduler/control_call_metrics.h"
 
@@ -25,8 +26,16 @@ int HttpStatusFor(absl::StatusCode code);
 //   GET  /v1/jobs/{id}/trace?last_steps=N   Chrome trace JSON
 //   GET  /v1/workers                    ListWorkers
 // Errors: {"error": {"code": <http>, "status": "NOT_FOUND", "message": ...}}.
+// Every route is authorized by `auth` (borrowed; must outlive the routes)
+// under its SchedulerService method name, with the "Authorization: Bearer
+// TOKEN" header: 401 without a known token, 403 when its role is too weak.
 void InstallRestGateway(HttpServer* http, SchedulerCore* core,
-                        ControlCallMetrics* metrics);
+                        ControlCallMetrics* metrics, const ApiAuthorizer* auth);
+
+// GET /metrics for `registry`, open to the viewer role ("Metrics").
+void ServeMetricsWithAuth(HttpServer* http, const MetricsRegistry* registry,
+                          ControlCallMetrics* metrics,
+                          const ApiAuthorizer* auth);
 
 }  // namespace pipetrain
 

@@ -5,6 +5,7 @@
 //   pipetrain-scheduler --listen 0.0.0.0:7000 --http_port 8080
 //       --data_dir /var/lib/pipetrain
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -15,10 +16,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
-#include "common/metrics.h"
+#include "common/metrics_registry.h"
+#include "common/secret.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "scheduler/checkpoint_store.h"
+#include "services/auth/access_policy.h"
+#include "services/auth/security_flags.h"
 #include "services/http/http_server.h"
 #include "services/rpc/grpc_server.h"
 #include "services/rpc/grpc_util.h"
@@ -32,11 +37,18 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:7000", "gRPC address to serve on");
 ABSL_FLAG(std::string, http_host, "0.0.0.0", "Address of the HTTP endpoint");
 ABSL_FLAG(int, http_port, 8080,
           "Port of REST, /metrics, /healthz and /readyz (0 picks one)");
+ABSL_FLAG(int64_t, http_max_body_bytes, int64_t{1} << 20,
+          "Largest REST request body accepted; larger ones get 413");
 ABSL_FLAG(std::string, data_dir, "pipetrain-data",
           "Directory of the scheduler's SQLite state");
 ABSL_FLAG(double, lease_seconds, 3.0,
           "A worker missing heartbeats this long is LOST");
 ABSL_FLAG(double, heartbeat_seconds, 0.5, "Heartbeat interval for workers");
+ABSL_FLAG(double, lost_worker_expiry_seconds, 3600,
+          "Forget a LOST worker this long after its last heartbeat (0: keep "
+          "it until `pipetrainctl workers remove`)");
+ABSL_FLAG(double, checkpoint_interval_seconds, 60,
+          "Jobs without checkpointEvery checkpoint this often");
 ABSL_FLAG(double, stage_recv_timeout_seconds, 60.0,
           "Seconds a stage waits for a neighbour before failing a step");
 ABSL_FLAG(std::string, zone_bandwidth, "",
@@ -47,6 +59,12 @@ ABSL_FLAG(double, default_bandwidth, 1e9,
           "Bandwidth between zones not in --zone_bandwidth");
 ABSL_FLAG(std::string, port_file, "",
           "Write the bound ports here (grpc=N, http=N) once serving");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "Bearer tokens of the control API, one 'TOKEN ROLE' per line "
+          "(roles: viewer, operator); without it the API is open, which is "
+          "allowed on loopback addresses or with --insecure only");
+ABSL_FLAG(std::string, join_token_file, "",
+          "File holding the join token workers must present to register");
 
 namespace pipetrain {
 namespace {
@@ -71,16 +89,77 @@ absl::StatusOr<Topology> ParseTopology() {
   return t;
 }
 
+// Who may call: tokens for users, the join token for workers. Without
+// them the scheduler is open, which only loopback addresses (or
+// --insecure) allow.
+absl::StatusOr<SchedulerAccess> LoadAccess() {
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string http_host = absl::GetFlag(FLAGS_http_host);
+  const bool local = IsLoopbackAddress(listen) && IsLoopbackAddress(http_host);
+  SchedulerAccess access;
+  const std::string tokens = absl::GetFlag(FLAGS_auth_tokens_file);
+  if (!tokens.empty()) {
+    ASSIGN_OR_RETURN(TokenTable table, TokenTable::Load(tokens));
+    PT_LOG(INFO) << "control API: " << table.size() << " bearer tokens from "
+                 << tokens;
+    access.api = ApiAuthorizer(std::move(table));
+  } else if (local || InsecureFlag()) {
+    PT_LOG(WARNING) << "no --auth_tokens_file: anyone who can reach the "
+                       "control API may submit and cancel jobs";
+  } else {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no --auth_tokens_file: the control API on ", listen,
+                     " and ", http_host,
+                     " would be open to the network; give --auth_tokens_file, "
+                     "or --insecure to run it open anyway"));
+  }
+  const std::string join = absl::GetFlag(FLAGS_join_token_file);
+  if (!join.empty()) {
+    ASSIGN_OR_RETURN(access.join_token,
+                     ReadSecretFile("join_token_file", join));
+  } else if (!local && !InsecureFlag()) {
+    return absl::FailedPreconditionError(
+        "no --join_token_file: any host could register as a worker; give "
+        "--join_token_file, or --insecure to admit workers without one");
+  }
+  return access;
+}
+
 absl::Status Run() {
+  // The REST and /metrics port is HTTPS with the gRPC certificate, or
+  // plaintext where plaintext gRPC would be allowed.
+  ASSIGN_OR_RETURN(const TransportSecurity security,
+                   SetUpTransportSecurityFromFlags(
+                       {{"--listen", absl::GetFlag(FLAGS_listen)},
+                        {"--http_host", absl::GetFlag(FLAGS_http_host)}}));
+  ASSIGN_OR_RETURN(SchedulerAccess access, LoadAccess());
   SchedulerOptions options;
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.registry.lease_seconds = absl::GetFlag(FLAGS_lease_seconds);
+  options.registry.lost_expiry_seconds =
+      absl::GetFlag(FLAGS_lost_worker_expiry_seconds);
+  options.checkpoint_interval_seconds =
+      absl::GetFlag(FLAGS_checkpoint_interval_seconds);
   options.registry.heartbeat_interval_seconds =
       absl::GetFlag(FLAGS_heartbeat_seconds);
   options.stage_recv_timeout_seconds =
       absl::GetFlag(FLAGS_stage_recv_timeout_seconds);
   ASSIGN_OR_RETURN(options.topology, ParseTopology());
 
+  // Checkpoints live beside the scheduler's state (a PVC on Kubernetes).
+  std::unique_ptr<CheckpointStore> checkpoints;
+  if (!options.data_dir.empty()) {
+    ASSIGN_OR_RETURN(checkpoints, CheckpointStore::Open(options.data_dir));
+    options.checkpoints = checkpoints.get();
+    // Model exports a job may start from (initFrom) are read only here.
+    options.models_dir = options.data_dir + "/models";
+    std::error_code made;
+    std::filesystem::create_directories(options.models_dir, made);
+    if (made) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot create ", options.models_dir, ": ", made.message()));
+    }
+  }
   MetricsRegistry registry;
   GrpcStageControl control;
   SpecModelSupport model;
@@ -92,9 +171,15 @@ absl::Status Run() {
   http_options.host = absl::GetFlag(FLAGS_http_host);
   http_options.port = absl::GetFlag(FLAGS_http_port);
   http_options.threads = 8;
+  http_options.max_body_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
+  if (security.tls()) {
+    http_options.tls_cert_file = TlsCertFlag();
+    http_options.tls_key_file = TlsKeyFlag();
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> http,
                    HttpServer::Start(http_options));
-  ServeMetrics(http.get(), &registry);
+  ServeMetricsWithAuth(http.get(), &registry, &call_metrics, &access.api);
   http->Handle("GET", "/healthz", [](const HttpRequest&) {
     HttpResponse r;
     r.body = "{\"status\":\"ok\"}";
@@ -108,9 +193,9 @@ absl::Status Run() {
                                : "{\"status\":\"starting\"}";
     return r;
   });
-  InstallRestGateway(http.get(), core.get(), &call_metrics);
+  InstallRestGateway(http.get(), core.get(), &call_metrics, &access.api);
 
-  SchedulerServiceImpl service(core.get(), &call_metrics);
+  SchedulerServiceImpl service(core.get(), &call_metrics, access);
   int grpc_port = 0;
   ASSIGN_OR_RETURN(
       std::unique_ptr<grpc::Server> server,
@@ -118,8 +203,9 @@ absl::Status Run() {
   RETURN_IF_ERROR(WritePortFile(absl::GetFlag(FLAGS_port_file),
                                 {{"grpc", grpc_port}, {"http", http->port()}}));
   PT_LOG(INFO) << "pipetrain-scheduler serving gRPC on port " << grpc_port
-               << ", REST and /metrics on port " << http->port()
-               << ", state in " << options.data_dir;
+               << ", REST and /metrics (" << (http->https() ? "HTTPS" : "HTTP")
+               << ") on port " << http->port() << ", state in "
+               << options.data_dir;
   const int signal = WaitForShutdownSignal();
   PT_LOG(INFO) << "signal " << signal << ": shutting down";
   server->Shutdown(DeadlineIn(5));

@@ -1,5 +1,6 @@
 #include "services/wire/frame_codec.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -60,6 +61,28 @@ bool IsPayloadTensor(MessageKind kind, size_t index) {
                         kind == MessageKind::kGradient);
 }
 
+// Whether two frames describe the same message: every header field but the
+// frame's own byte offset. The buffer and the layout of a message come from
+// its first frame; a later frame with other shapes but the same byte count
+// would otherwise be read with a layout the buffer was not sized for.
+bool SameMessage(const v1::FrameHeader& a, const v1::FrameHeader& b) {
+  if (a.total_bytes() != b.total_bytes() ||
+      a.weight_version() != b.weight_version() || a.job_id() != b.job_id() ||
+      a.tensors_size() != b.tensors_size()) {
+    return false;
+  }
+  for (int i = 0; i < a.tensors_size(); ++i) {
+    const v1::TensorMeta& x = a.tensors(i);
+    const v1::TensorMeta& y = b.tensors(i);
+    if (x.dtype() != y.dtype() ||
+        !std::equal(x.shape().begin(), x.shape().end(), y.shape().begin(),
+                    y.shape().end())) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Byte offsets of each tensor in the payload and the payload's size.
 struct Layout {
   std::vector<int64_t> offsets;
@@ -112,12 +135,15 @@ absl::Status CheckDTypes(const v1::FrameHeader& header, MessageKind kind,
   return absl::OkStatus();
 }
 
-// Narrows n floats into 16-bit `to` elements.
-void Narrow(const float* src, int64_t n, DType to, uint16_t* dst) {
-  if (to == DType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(src[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalf(src[i]);
+// Narrows n floats into 16-bit `to` elements at `dst`, which may be at any
+// alignment: a small gRPC slice keeps its bytes inline at an odd offset, so
+// the elements are stored bytewise (a uint16_t store there would be
+// undefined behaviour).
+void Narrow(const float* src, int64_t n, DType to, uint8_t* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t v =
+        to == DType::kBF16 ? FloatToBf16(src[i]) : FloatToHalf(src[i]);
+    std::memcpy(dst + 2 * i, &v, sizeof(v));
   }
 }
 
@@ -159,9 +185,8 @@ grpc::Slice PayloadSlice(const Tensor& t, int64_t offset, int64_t len) {
 grpc::Slice NarrowedSlice(const Tensor& t, DType wire, int64_t offset,
                           int64_t len) {
   grpc::Slice slice(static_cast<size_t>(len));
-  uint16_t* dst =
-      reinterpret_cast<uint16_t*>(const_cast<uint8_t*>(slice.begin()));
-  Narrow(t.f32() + offset / 2, len / 2, wire, dst);
+  Narrow(t.f32() + offset / 2, len / 2, wire,
+         const_cast<uint8_t*>(slice.begin()));
   return slice;
 }
 
@@ -375,6 +400,21 @@ void ReadPayload(const FrameLayouts& layouts, int64_t begin, int64_t end,
 
 }  // namespace
 
+StageMessage MessageOutline(MessageKind kind, const v1::FrameHeader& h) {
+  StageMessage message;
+  message.kind = kind;
+  message.step = h.step();
+  message.micro_batch = h.micro_batch();
+  message.chunk = h.chunk();
+  message.weight_version = h.weight_version();
+  message.value = h.value();
+  for (const v1::TensorMeta& meta : h.tensors()) {
+    message.tensors.emplace_back(
+        nullptr, Shape(meta.shape().begin(), meta.shape().end()), DType::kF32);
+  }
+  return message;
+}
+
 grpc::ByteBuffer EncodeHello(const std::string& job_id, int stage) {
   v1::FrameHeader header;
   header.set_kind(v1::FRAME_KIND_HELLO);
@@ -431,6 +471,10 @@ absl::StatusOr<FrameAssembler::Partial*> FrameAssembler::PartialFor(
       return absl::InvalidArgumentError(
           absl::StrCat("first frame of a message starts at byte ", h.offset()));
     }
+    if (partial_.size() >= max_partial_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a stream may assemble at most ", max_partial_, " messages at once"));
+    }
     Partial p;
     p.header = h;
     p.storage = pool_->Get(static_cast<size_t>(widened_bytes));
@@ -440,7 +484,13 @@ absl::StatusOr<FrameAssembler::Partial*> FrameAssembler::PartialFor(
     it = partial_.emplace(key, std::move(p)).first;
   }
   Partial& p = it->second;
-  if (h.offset() != p.received || h.total_bytes() != p.header.total_bytes()) {
+  if (!SameMessage(h, p.header)) {
+    partial_.erase(it);
+    return absl::InvalidArgumentError(
+        "a frame changes its message's header (tensors, version or size) "
+        "mid-message");
+  }
+  if (h.offset() != p.received) {
     const int64_t expected = p.received;
     partial_.erase(it);
     return absl::InvalidArgumentError(absl::StrCat("frame at byte ", h.offset(),
@@ -448,6 +498,17 @@ absl::StatusOr<FrameAssembler::Partial*> FrameAssembler::PartialFor(
                                                    expected, ")"));
   }
   return &p;
+}
+
+void FrameAssembler::EvictStale(absl::Time now) {
+  for (auto it = partial_.begin(); it != partial_.end();) {
+    if (now - it->second.last_frame > partial_timeout_) {
+      it = partial_.erase(it);
+      ++evicted_;
+    } else {
+      ++it;
+    }
+  }
 }
 
 absl::StatusOr<DecodedFrame> FrameAssembler::Add(
@@ -465,8 +526,12 @@ absl::StatusOr<DecodedFrame> FrameAssembler::Add(
   ASSIGN_OR_RETURN(MessageKind kind, KindFromProto(h.kind()));
   ASSIGN_OR_RETURN(const FrameLayouts layouts,
                    CheckedLayouts(h, kind, wire_dtype_));
+  if (header_check_) RETURN_IF_ERROR(header_check_(kind, h));
   const Key key{static_cast<int>(kind), h.step(), h.micro_batch(), h.chunk()};
+  const absl::Time now = now_();
+  EvictStale(now);
   ASSIGN_OR_RETURN(Partial * p, PartialFor(key, h, layouts.widened.total));
+  p->last_frame = now;
   const int64_t end = p->received + reader.remaining();
   if (end > h.total_bytes() || (end < h.total_bytes() && end % kAlign != 0)) {
     const int64_t begin = p->received;

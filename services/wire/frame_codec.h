@@ -22,6 +22,7 @@
 #define PIPETRAIN_SERVICES_WIRE_FRAME_CODEC_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -29,6 +30,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "pipetrain/v1/stage.pb.h"
 #include "services/wire/buffer_pool.h"
@@ -62,6 +65,29 @@ struct DecodedFrame {
   std::optional<StageMessage> message;
 };
 
+// The message a frame header announces, with storage-less tensors of the
+// announced shapes (float32, as the decoder delivers them): what a
+// receiver checks against the shapes it expects before a byte of the
+// message is allocated. Payload tensor dtypes are the assembler's check.
+StageMessage MessageOutline(MessageKind kind, const v1::FrameHeader& header);
+
+// Judges a frame's header before the assembler allocates anything for it;
+// an error rejects the frame (the stream's owner decides what follows).
+using FrameHeaderCheck =
+    std::function<absl::Status(MessageKind kind, const v1::FrameHeader&)>;
+
+// Messages one stream may have in assembly at once. A stage sends each
+// message's frames back to back, so one is the norm; the cap bounds what a
+// peer that starts messages and never ends them can hold.
+inline constexpr size_t kDefaultMaxPartialMessages = 4;
+// A message in assembly that receives no frame for this long is dropped
+// (its buffer goes back to the pool) when the stream's next frame arrives:
+// a peer's sender writes a message's frames back to back, so a message
+// left unfinished this long will not be finished, and it must not hold one
+// of the stream's few partial-message places for the stream's lifetime.
+inline constexpr absl::Duration kDefaultPartialMessageTimeout =
+    absl::Seconds(60);
+
 // Reassembles the messages of one stream. Not thread-safe: one per stream,
 // used by that stream's read reactions.
 class FrameAssembler {
@@ -73,27 +99,50 @@ class FrameAssembler {
   // The dtype payload tensors must travel in (float32 until set); the
   // stream sets its stage's configured wire dtype.
   void set_wire_dtype(v1::DType wire_dtype) { wire_dtype_ = wire_dtype; }
+  // Every message frame's header passes `check` first (HELLO frames are
+  // the stream's to judge); none by default.
+  void set_header_check(FrameHeaderCheck check) {
+    header_check_ = std::move(check);
+  }
+  void set_max_partial_messages(size_t n) { max_partial_ = n; }
+  void set_partial_message_timeout(absl::Duration timeout) {
+    partial_timeout_ = timeout;
+  }
+  // The clock the timeout is measured with (absl::Now unless set).
+  void set_clock(std::function<absl::Time()> now) { now_ = std::move(now); }
 
   // InvalidArgument for a malformed frame (bad header, unknown kind or
   // dtype, a tensor not in the expected dtype, a byte count that does not
   // match the tensors' shapes, frames out of order or cut inside an
-  // element, an oversize message). Decoded messages hold float32 tensors.
+  // element, an oversize message); the header check's error; and
+  // ResourceExhausted for a message past the partial-message cap or one
+  // whose buffer cannot be had. Decoded messages hold float32 tensors.
   absl::StatusOr<DecodedFrame> Add(const grpc::ByteBuffer& frame);
   size_t pending() const { return partial_.size(); }
+  // Messages dropped unfinished by the timeout so far.
+  int64_t evicted() const { return evicted_; }
 
  private:
   struct Partial {
     v1::FrameHeader header;
     std::shared_ptr<Storage> storage;
     int64_t received = 0;
+    absl::Time last_frame;
   };
   using Key = std::tuple<int, int64_t, int32_t, int32_t>;  // + chunk
   // The message `key` a frame with header `h` continues (started when it
   // is the first frame); InvalidArgument for a frame out of order.
   absl::StatusOr<Partial*> PartialFor(const Key& key, const v1::FrameHeader& h,
                                       int64_t widened_bytes);
+  // Drops the messages whose last frame is older than the timeout.
+  void EvictStale(absl::Time now);
   std::shared_ptr<HostBufferPool> pool_;
+  absl::Duration partial_timeout_ = kDefaultPartialMessageTimeout;
+  std::function<absl::Time()> now_ = [] { return absl::Now(); };
+  int64_t evicted_ = 0;
   v1::DType wire_dtype_ = v1::DTYPE_F32;
+  FrameHeaderCheck header_check_;
+  size_t max_partial_ = kDefaultMaxPartialMessages;
   std::map<Key, Partial> partial_;
 };
 

@@ -227,6 +227,27 @@ TEST(FrameCodec, MalformedFramesAreRejected) {
   EXPECT_EQ(assembler.Add((*frames)[2]).status().code(),
             absl::StatusCode::kInvalidArgument);
 
+  // A continuation frame whose header describes other tensors with the same
+  // byte count: bf16 [32] then [16, 2] would widen into a differently laid
+  // out buffer. The message is dropped, nothing is written.
+  StageMessage act;
+  act.tensors = {Iota({32})};
+  auto narrow = EncodeMessage("job", act, v1::DTYPE_BF16, 32);
+  ASSERT_TRUE(narrow.ok());
+  ASSERT_EQ(narrow->size(), 2u);
+  act.tensors = {Iota({16, 2})};
+  auto reshaped = EncodeMessage("job", act, v1::DTYPE_BF16, 32);
+  ASSERT_TRUE(reshaped.ok());
+  FrameAssembler wire16;
+  wire16.set_wire_dtype(v1::DTYPE_BF16);
+  ASSERT_TRUE(wire16.Add((*narrow)[0]).ok());
+  auto changed = wire16.Add((*reshaped)[1]).status();
+  EXPECT_EQ(changed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(changed.message().find("changes its message's header"),
+            std::string::npos)
+      << changed;
+  EXPECT_EQ(wire16.pending(), 0u);
+
   // A first frame cut inside an element (6 of its 64 payload bytes): a
   // narrowed element could straddle two frames.
   std::vector<grpc::Slice> slices;
@@ -238,6 +259,110 @@ TEST(FrameCodec, MalformedFramesAreRejected) {
   EXPECT_EQ(status2.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status2.message().find("multiples of 8"), std::string::npos)
       << status2;
+}
+
+}  // namespace
+}  // namespace pipetrain
+
+namespace pipetrain {
+namespace {
+
+// The frames of a gradient message with one [rows, 64] float32 tensor, cut
+// into 1 KiB frames.
+std::vector<grpc::ByteBuffer> Chunked(int64_t step, int64_t rows) {
+  StageMessage m;
+  m.kind = MessageKind::kGradient;
+  m.step = step;
+  m.tensors = {Tensor::Host({rows, 64})};
+  auto frames = EncodeMessage("job", m, v1::DTYPE_F32, 1024);
+  EXPECT_TRUE(frames.ok()) << frames.status();
+  return *frames;
+}
+
+TEST(FrameCodec, TheHeaderCheckRunsBeforeAnythingIsAllocated) {
+  std::shared_ptr<HostBufferPool> pool = HostBufferPool::Create(1 << 20);
+  FrameAssembler assembler(pool);
+  std::vector<Shape> seen;
+  assembler.set_header_check(
+      [&seen](MessageKind kind, const v1::FrameHeader& h) {
+        const StageMessage outline = MessageOutline(kind, h);
+        seen.push_back(outline.tensors.at(0).shape());
+        if (outline.tensors[0].dim(0) > 4) {
+          return absl::InvalidArgumentError("too many rows");
+        }
+        return absl::OkStatus();
+      });
+  const absl::Status rejected = assembler.Add(Chunked(0, 8)[0]).status();
+  EXPECT_EQ(rejected.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rejected.message(), "too many rows");
+  EXPECT_EQ(assembler.pending(), 0u);
+  // A buffer taken and dropped would now sit in the pool's cache.
+  EXPECT_EQ(pool->cached_bytes(), 0u);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (Shape{8, 64}));
+  for (const grpc::ByteBuffer& f : Chunked(0, 4)) {
+    ASSERT_TRUE(assembler.Add(f).ok());
+  }
+  EXPECT_EQ(seen.size(), 1u + 1u);  // 4 x 64 floats: one frame
+}
+
+TEST(FrameCodec, PartialMessagesAreBounded) {
+  FrameAssembler assembler;
+  assembler.set_max_partial_messages(2);
+  // Three messages begun and never finished: the third is refused.
+  ASSERT_TRUE(assembler.Add(Chunked(0, 16)[0]).ok());
+  ASSERT_TRUE(assembler.Add(Chunked(1, 16)[0]).ok());
+  const absl::Status third = assembler.Add(Chunked(2, 16)[0]).status();
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(assembler.pending(), 2u);
+  // A replayed first frame of a message in assembly is out of order, and
+  // the message it would have disturbed is dropped, not corrupted.
+  const absl::Status replay = assembler.Add(Chunked(0, 16)[0]).status();
+  EXPECT_EQ(replay.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(assembler.pending(), 1u);
+}
+
+}  // namespace
+}  // namespace pipetrain
+
+namespace pipetrain {
+namespace {
+
+TEST(FrameCodec, UnfinishedMessagesAreEvictedAfterTheTimeout) {
+  absl::Time now = absl::UnixEpoch();
+  FrameAssembler assembler;
+  assembler.set_max_partial_messages(2);
+  assembler.set_partial_message_timeout(absl::Seconds(10));
+  assembler.set_clock([&now] { return now; });
+  const std::vector<grpc::ByteBuffer> slow = Chunked(0, 16);
+  const std::vector<grpc::ByteBuffer> stuck = Chunked(1, 16);
+  ASSERT_GE(slow.size(), 3u);
+  ASSERT_TRUE(assembler.Add(slow[0]).ok());
+  ASSERT_TRUE(assembler.Add(stuck[0]).ok());
+  // The slow message keeps receiving frames within the timeout; the stuck
+  // one receives none.
+  now += absl::Seconds(8);
+  ASSERT_TRUE(assembler.Add(slow[1]).ok());
+  EXPECT_EQ(assembler.evicted(), 0);
+  now += absl::Seconds(8);
+  ASSERT_TRUE(assembler.Add(slow[2]).ok());
+  EXPECT_EQ(assembler.evicted(), 1);
+  EXPECT_EQ(assembler.pending(), 1u);
+  // Its place is free again: a new message may start (the cap is 2) ...
+  ASSERT_TRUE(assembler.Add(Chunked(2, 16)[0]).ok());
+  EXPECT_EQ(assembler.pending(), 2u);
+  // ... and the stuck message's late frame is out of order, not resumed.
+  EXPECT_EQ(assembler.Add(stuck[1]).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // The slow message still completes.
+  std::optional<StageMessage> done;
+  for (size_t i = 3; i < slow.size(); ++i) {
+    auto decoded = assembler.Add(slow[i]);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    if (decoded->message) done = std::move(decoded->message);
+  }
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->step, 0);
 }
 
 }  // namespace

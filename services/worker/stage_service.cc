@@ -1,14 +1,137 @@
 #include "services/worker/stage_service.h"
 
+#include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 
+#include "common/logging.h"
+#include "common/status_macros.h"
 #include "services/rpc/grpc_util.h"
+#include "services/rpc/refused_call.h"
 
 namespace pipetrain {
+namespace {
+
+// Streams one snapshot, one chunk in flight; deletes itself when done.
+class SnapshotWriter final : public grpc::ServerWriteReactor<v1::StateChunk> {
+ public:
+  // Starts streaming `snapshot`, or finishes with its lookup's error.
+  SnapshotWriter(
+      const std::string& job_id,
+      absl::StatusOr<std::shared_ptr<const StageStateSnapshot>> snapshot) {
+    if (!snapshot.ok()) {
+      Finish(ToGrpcStatus(snapshot.status()));
+      return;
+    }
+    chunker_.emplace(job_id, *std::move(snapshot));
+    WriteNext();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away"));
+      return;
+    }
+    WriteNext();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNext() {
+    if (chunker_->Next(&chunk_)) {
+      StartWrite(&chunk_);
+    } else {
+      Finish(grpc::Status::OK);
+    }
+  }
+  std::optional<StateChunker> chunker_;
+  v1::StateChunk chunk_;
+};
+
+// Reads a RestoreState stream, checking each chunk as it comes, and loads
+// the state on the control thread once the client has sent everything;
+// deletes itself when done.
+class RestoreReader final : public grpc::ServerReadReactor<v1::StateChunk> {
+ public:
+  RestoreReader(StageHost* host, ControlQueue* control,
+                grpc::CallbackServerContext* context,
+                v1::RestoreStateResponse* response)
+      : host_(host), control_(control), context_(context), response_(response) {
+    StartRead(&chunk_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      EndOfStream();
+      return;
+    }
+    const absl::Status status = Absorb();
+    if (!status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    StartRead(&chunk_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Absorb() {
+    if (assembler_ == nullptr) {
+      ASSIGN_OR_RETURN(assembler_, host_->StartRestore(chunk_.job_id()));
+    }
+    return assembler_->Add(chunk_);
+  }
+  void EndOfStream() {
+    if (context_->IsCancelled()) {
+      // Cut off, not ended by the client: load nothing.
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cut"));
+      return;
+    }
+    control_->Post([this] {
+      absl::StatusOr<v1::RestoreStateResponse> result = Load();
+      if (result.ok()) *response_ = *std::move(result);
+      Finish(ToGrpcStatus(result.status()));
+    });
+  }
+  absl::StatusOr<v1::RestoreStateResponse> Load() {
+    if (assembler_ == nullptr) return host_->RestoreState("", TrainingState());
+    ASSIGN_OR_RETURN(TrainingState state, assembler_->Finish());
+    return host_->RestoreState(assembler_->job_id(), state);
+  }
+
+  StageHost* const host_;                       // borrowed
+  ControlQueue* const control_;                 // borrowed
+  grpc::CallbackServerContext* const context_;  // owned by gRPC
+  v1::RestoreStateResponse* const response_;    // owned by gRPC
+  // Used only by read reactions, then by the one control task.
+  v1::StateChunk chunk_;
+  std::unique_ptr<StateAssembler> assembler_;
+};
+
+}  // namespace
 
 StageServiceImpl::StageServiceImpl(StageHost* host,
-                                   ExchangeAcceptor accept_exchange)
-    : host_(host), accept_exchange_(std::move(accept_exchange)) {}
+                                   ExchangeAcceptor accept_exchange,
+                                   StageAccess access)
+    : host_(host),
+      accept_exchange_(std::move(accept_exchange)),
+      access_(std::move(access)) {}
+
+absl::Status StageServiceImpl::Admit(grpc::CallbackServerContext* context,
+                                     const char* method) const {
+  const absl::Status allowed =
+      access_.Check(PeerOf(*context), method, host_->UpstreamIdentity());
+  if (!allowed.ok()) PT_LOG(WARNING) << allowed.message();
+  return allowed;
+}
+
+grpc::ServerUnaryReactor* StageServiceImpl::Refuse(
+    grpc::CallbackServerContext* context, const char* method) const {
+  const absl::Status allowed = Admit(context, method);
+  if (allowed.ok()) return nullptr;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(allowed));
+  return reactor;
+}
 
 template <typename T>
 void StageServiceImpl::Answer(grpc::ServerUnaryReactor* reactor,
@@ -20,6 +143,7 @@ void StageServiceImpl::Answer(grpc::ServerUnaryReactor* reactor,
 grpc::ServerUnaryReactor* StageServiceImpl::Configure(
     grpc::CallbackServerContext* context, const v1::ConfigureRequest* request,
     v1::ConfigureResponse* response) {
+  if (auto* refused = Refuse(context, "Configure")) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   control_.Post([this, reactor, request, response] {
     Answer(reactor, host_->Configure(request->config()), response);
@@ -30,6 +154,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::Configure(
 grpc::ServerUnaryReactor* StageServiceImpl::Train(
     grpc::CallbackServerContext* context, const v1::TrainRequest* request,
     v1::TrainResponse* response) {
+  if (auto* refused = Refuse(context, "Train")) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   control_.Post([this, reactor, request, response] {
     absl::StatusOr<int64_t> until =
@@ -43,6 +168,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::Train(
 grpc::ServerUnaryReactor* StageServiceImpl::Stop(
     grpc::CallbackServerContext* context, const v1::StopRequest* request,
     v1::StopResponse*) {
+  if (auto* refused = Refuse(context, "Stop")) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   control_.Post([this, reactor, request] {
     reactor->Finish(ToGrpcStatus(host_->Stop(request->job_id())));
@@ -53,6 +179,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::Stop(
 grpc::ServerUnaryReactor* StageServiceImpl::GetStatus(
     grpc::CallbackServerContext* context, const v1::GetStatusRequest* request,
     v1::GetStatusResponse* response) {
+  if (auto* refused = Refuse(context, "GetStatus")) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   Answer(reactor, host_->Status(request->job_id(), request->results_since()),
          response);
@@ -62,6 +189,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::GetStatus(
 grpc::ServerUnaryReactor* StageServiceImpl::GetWeights(
     grpc::CallbackServerContext* context, const v1::GetWeightsRequest* request,
     v1::GetWeightsResponse* response) {
+  if (auto* refused = Refuse(context, "GetWeights")) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   control_.Post([this, reactor, request, response] {
     Answer(reactor, host_->Weights(request->job_id()), response);
@@ -72,6 +200,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::GetWeights(
 grpc::ServerUnaryReactor* StageServiceImpl::Profile(
     grpc::CallbackServerContext* context, const v1::ProfileRequest* request,
     v1::ProfileResponse* response) {
+  if (auto* refused = Refuse(context, "Profile")) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   control_.Post([this, reactor, request, response] {
     Answer(reactor, host_->Profile(*request), response);
@@ -82,6 +211,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::Profile(
 grpc::ServerUnaryReactor* StageServiceImpl::GetTrace(
     grpc::CallbackServerContext* context, const v1::GetTraceRequest* request,
     v1::GetTraceResponse* response) {
+  if (auto* refused = Refuse(context, "GetTrace")) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   Answer(reactor, host_->Trace(request->job_id(), request->since_step()),
          response);
@@ -92,6 +222,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::Evaluate(
     grpc::CallbackServerContext* context,
     const v1::EvaluateStageRequest* request,
     v1::EvaluateStageResponse* response) {
+  if (auto* refused = Refuse(context, "Evaluate")) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   evaluations_.Post([this, reactor, request, response] {
     Answer(reactor, host_->Evaluate(request->job_id(), request->max_samples()),
@@ -100,9 +231,52 @@ grpc::ServerUnaryReactor* StageServiceImpl::Evaluate(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* StageServiceImpl::Snapshot(
+    grpc::CallbackServerContext* context, const v1::SnapshotRequest* request,
+    v1::SnapshotResponse* response) {
+  if (auto* refused = Refuse(context, "Snapshot")) return refused;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  control_.Post([this, reactor, request, response] {
+    absl::StatusOr<int64_t> step =
+        host_->Snapshot(request->job_id(), request->step());
+    if (step.ok()) response->set_step(*step);
+    reactor->Finish(ToGrpcStatus(step.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::StateChunk>* StageServiceImpl::FetchSnapshot(
+    grpc::CallbackServerContext* context,
+    const v1::FetchSnapshotRequest* request) {
+  const absl::Status allowed = Admit(context, "FetchSnapshot");
+  if (!allowed.ok()) {
+    return new RefusedCall<grpc::ServerWriteReactor<v1::StateChunk>>(
+        ToGrpcStatus(allowed));
+  }
+  return new SnapshotWriter(
+      request->job_id(),
+      host_->FetchSnapshot(request->job_id(), request->step()));
+}
+
+grpc::ServerReadReactor<v1::StateChunk>* StageServiceImpl::RestoreState(
+    grpc::CallbackServerContext* context, v1::RestoreStateResponse* response) {
+  const absl::Status allowed = Admit(context, "RestoreState");
+  if (!allowed.ok()) {
+    return new RefusedCall<grpc::ServerReadReactor<v1::StateChunk>>(
+        ToGrpcStatus(allowed));
+  }
+  return new RestoreReader(host_, &control_, context, response);
+}
+
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-StageServiceImpl::Exchange(grpc::CallbackServerContext*) {
-  return accept_exchange_();
+StageServiceImpl::Exchange(grpc::CallbackServerContext* context) {
+  const absl::Status allowed = Admit(context, "Exchange");
+  if (!allowed.ok()) {
+    return new RefusedCall<
+        grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(
+        ToGrpcStatus(allowed));
+  }
+  return accept_exchange_(context);
 }
 
 }  // namespace pipetrain

@@ -1,6 +1,7 @@
 // The stage worker's gRPC service: control calls (Configure, Train, Stop,
-// GetStatus, GetWeights, Profile, GetTrace, Evaluate) and the Exchange
-// stream between neighbouring stages, on the callback API.
+// GetStatus, GetWeights, Profile, GetTrace, Evaluate), the checkpoint calls
+// (Snapshot, FetchSnapshot, RestoreState) and the Exchange stream between
+// neighbouring stages, on the callback API.
 //
 // The service is a thin adapter over a StageHost, which owns the backend and
 // the current stage: each call becomes one host call, its status converted
@@ -9,7 +10,8 @@
 // the streams depend on the host, not on each other.
 //
 // Thread-safe. Calls that block (configuring, stopping, copying weights,
-// profiling) run on the service's control thread, evaluations on a thread of
+// profiling, taking a snapshot, loading a restored state) run on the
+// service's control thread, evaluations on a thread of
 // their own so a long one never holds up Stop; none runs in a gRPC reaction.
 #ifndef PIPETRAIN_SERVICES_WORKER_STAGE_SERVICE_H_
 #define PIPETRAIN_SERVICES_WORKER_STAGE_SERVICE_H_
@@ -18,14 +20,17 @@
 
 #include "pipetrain/v1/stage.grpc.pb.h"
 #include "services/rpc/control_queue.h"
+#include "services/worker/stage_access.h"
 #include "worker/pipeline/stage_host.h"
 
 namespace pipetrain {
 
-// Creates the reactor of one incoming Exchange stream (its upstream end);
-// gRPC owns it once returned. Never null.
-using ExchangeAcceptor = std::function<
-    grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*()>;
+// Creates the reactor of one incoming Exchange stream (its upstream end)
+// for the call `context` (its peer names the stream in logs); gRPC owns it
+// once returned. Never null.
+using ExchangeAcceptor =
+    std::function<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*(
+        grpc::CallbackServerContext* context)>;
 
 // Every method on the callback API, Exchange as a raw (ByteBuffer) stream.
 using StageServiceBase = v1::StageService::WithCallbackMethod_Configure<
@@ -36,14 +41,21 @@ using StageServiceBase = v1::StageService::WithCallbackMethod_Configure<
                     v1::StageService::WithCallbackMethod_Profile<
                         v1::StageService::WithCallbackMethod_GetTrace<
                             v1::StageService::WithCallbackMethod_Evaluate<
-                                v1::StageService::
-                                    WithRawCallbackMethod_Exchange<
-                                        v1::StageService::Service>>>>>>>>>;
+                                v1::StageService::WithCallbackMethod_Snapshot<
+                                    v1::StageService::WithCallbackMethod_FetchSnapshot<
+                                        v1::StageService::
+                                            WithCallbackMethod_RestoreState<
+                                                v1::StageService::
+                                                    WithRawCallbackMethod_Exchange<
+                                                        v1::StageService::
+                                                            Service>>>>>>>>>>>>;
 
 class StageServiceImpl final : public StageServiceBase {
  public:
-  // `host` is borrowed and must outlive the service.
-  StageServiceImpl(StageHost* host, ExchangeAcceptor accept_exchange);
+  // `host` is borrowed and must outlive the service. Every call passes
+  // `access` (stage_access.h) first.
+  StageServiceImpl(StageHost* host, ExchangeAcceptor accept_exchange,
+                   StageAccess access = {});
 
   grpc::ServerUnaryReactor* Configure(grpc::CallbackServerContext* context,
                                       const v1::ConfigureRequest* request,
@@ -73,6 +85,22 @@ class StageServiceImpl final : public StageServiceBase {
       grpc::CallbackServerContext* context,
       const v1::EvaluateStageRequest* request,
       v1::EvaluateStageResponse* response) override;
+  // Checkpoints: see StageHost. Snapshot asks for one; FetchSnapshot
+  // streams a held one as StateChunks of at most kStateChunkBytes data;
+  // RestoreState reassembles the client's chunks (each checked as it comes:
+  // a malformed stream ends at once with INVALID_ARGUMENT and changes
+  // nothing) and loads them when the stream ends. A stream without chunks
+  // names no job: it restores the worker's current stage, which accepts it
+  // only when it has no parameters.
+  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* context,
+                                     const v1::SnapshotRequest* request,
+                                     v1::SnapshotResponse* response) override;
+  grpc::ServerWriteReactor<v1::StateChunk>* FetchSnapshot(
+      grpc::CallbackServerContext* context,
+      const v1::FetchSnapshotRequest* request) override;
+  grpc::ServerReadReactor<v1::StateChunk>* RestoreState(
+      grpc::CallbackServerContext* context,
+      v1::RestoreStateResponse* response) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Exchange(
       grpc::CallbackServerContext* context) override;
 
@@ -82,10 +110,20 @@ class StageServiceImpl final : public StageServiceBase {
   template <typename T>
   static void Answer(grpc::ServerUnaryReactor* reactor,
                      absl::StatusOr<T> result, T* response);
+  // Whether the caller may call `method` (stage_access.h); every handler
+  // asks first. Streaming handlers answer a refusal with a RefusedCall
+  // (services/rpc/refused_call.h).
+  absl::Status Admit(grpc::CallbackServerContext* context,
+                     const char* method) const;
+  // The unary call's reactor, already finished with PERMISSION_DENIED when
+  // the caller may not call `method`; null when it may.
+  grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context,
+                                   const char* method) const;
 
   // Constant after construction.
   StageHost* const host_;  // borrowed
   const ExchangeAcceptor accept_exchange_;
+  const StageAccess access_;
   // Run the blocking calls; they finish what is queued when destroyed.
   ControlQueue control_;
   ControlQueue evaluations_;

@@ -1,17 +1,21 @@
 // The stage service on gRPC's in-process channel: GetTrace answers with the
 // current stage's pipeline trace, filtered by step, and the usual errors
 // without a stage or for another job; host errors reach the caller with
-// their status codes.
+// their status codes; snapshots stream out in bounded chunks and restore a
+// fresh stage, and malformed restore streams are refused without harm.
 #include "services/worker/stage_service.h"
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "common/proto_json.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "services/worker/stage_streams.h"
 #include "worker/compute/cpu/cpu_backend.h"
+#include "worker/pipeline/local_trainer.h"
 
 namespace pipetrain {
 namespace {
@@ -44,9 +48,11 @@ class StageServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     host_ = std::make_unique<StageHost>(CreateCpuBackend(1), nullptr);
-    service_ = std::make_unique<StageServiceImpl>(host_.get(), [this] {
-      return new UpstreamStream(host_.get(), size_t{1} << 20);
-    });
+    service_ = std::make_unique<StageServiceImpl>(
+        host_.get(), [this](grpc::CallbackServerContext* context) {
+          return new UpstreamStream(host_.get(), size_t{1} << 20,
+                                    context->peer());
+        });
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
@@ -79,13 +85,14 @@ class StageServiceTest : public ::testing::Test {
 
   // Configures `config`, trains it to the end and waits until it is done.
   void TrainToTheEnd(const v1::StageConfig& config) {
-    v1::ConfigureRequest configure;
-    *configure.mutable_config() = config;
-    v1::ConfigureResponse configured;
-    grpc::Status status = Unary([&](grpc::ClientContext* c) {
-      return stub_->Configure(c, configure, &configured);
-    });
+    const grpc::Status status = Configure(config);
     ASSERT_TRUE(status.ok()) << status.error_message();
+    TrainConfigured(config);
+  }
+
+  // Trains the configured stage of `config` to the end and waits.
+  void TrainConfigured(const v1::StageConfig& config) {
+    grpc::Status status;
     v1::TrainRequest train;
     train.set_job_id(config.job_id());
     train.set_until_step(config.spec().steps());
@@ -107,6 +114,43 @@ class StageServiceTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     FAIL() << "the stage did not finish";
+  }
+
+  grpc::Status Configure(const v1::StageConfig& config) {
+    v1::ConfigureRequest request;
+    *request.mutable_config() = config;
+    v1::ConfigureResponse response;
+    return Unary([&](grpc::ClientContext* c) {
+      return stub_->Configure(c, request, &response);
+    });
+  }
+
+  // Every chunk of the snapshot of `step`.
+  grpc::Status Fetch(const std::string& job, int64_t step,
+                     std::vector<v1::StateChunk>* chunks) {
+    v1::FetchSnapshotRequest request;
+    request.set_job_id(job);
+    request.set_step(step);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    auto reader = stub_->FetchSnapshot(&context, request);
+    v1::StateChunk chunk;
+    while (reader->Read(&chunk)) chunks->push_back(chunk);
+    return reader->Finish();
+  }
+
+  grpc::Status Restore(const std::vector<v1::StateChunk>& chunks,
+                       v1::RestoreStateResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    auto writer = stub_->RestoreState(&context, response);
+    for (const v1::StateChunk& chunk : chunks) {
+      if (!writer->Write(chunk)) break;  // the server ended the call
+    }
+    writer->WritesDone();
+    return writer->Finish();
   }
 
   std::unique_ptr<StageHost> host_;
@@ -168,6 +212,158 @@ TEST_F(StageServiceTest, EvaluateAnswersWithTheHostsStatus) {
               return stub_->Evaluate(c, request, &response);
             }).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// A one-stage job whose second linear layer's weight (512 x 600 floats)
+// is larger than one chunk; AdamW, a snapshot every 2 steps.
+v1::StageConfig WideStageConfig() {
+  v1::StageConfig config = OneStageConfig(v1::SCHEDULE_GPIPE);
+  v1::ModelSpec layers;
+  const absl::Status status = ParseJson(R"({"layers": [
+      {"linear": {"inFeatures": 6, "outFeatures": 512}}, {"relu": {}},
+      {"linear": {"inFeatures": 512, "outFeatures": 600}}, {"relu": {}},
+      {"linear": {"inFeatures": 600, "outFeatures": 3}}]})",
+                                        &layers);
+  EXPECT_TRUE(status.ok()) << status;
+  *config.mutable_spec()->mutable_model()->mutable_layers() = layers.layers();
+  config.set_layer_end(5);
+  v1::OptimizerSpec* opt = config.mutable_spec()->mutable_optimizer();
+  opt->clear_sgd();
+  opt->mutable_adamw()->set_lr(0.01f);
+  config.mutable_spec()->set_steps(2);
+  config.mutable_spec()->set_checkpoint_every(2);
+  return config;
+}
+
+TEST_F(StageServiceTest, SnapshotsStreamInChunksAndRestoreAFreshStage) {
+  const v1::StageConfig config = WideStageConfig();
+  TrainToTheEnd(config);
+  std::vector<v1::StateChunk> chunks;
+  EXPECT_EQ(Fetch("job", 1, &chunks).error_code(), grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(chunks.empty());
+  const grpc::Status fetched = Fetch("job", 2, &chunks);
+  ASSERT_TRUE(fetched.ok()) << fetched.error_message();
+  int pieces_of_the_wide_weight = 0;
+  std::string last_name;
+  int64_t next_offset = 0;
+  for (const v1::StateChunk& c : chunks) {
+    EXPECT_LE(c.data().size(), size_t{1} << 20);
+    EXPECT_EQ(c.step(), 2);
+    EXPECT_EQ(c.weight_version(), 2);
+    EXPECT_EQ(c.optimizer_steps(), 2);
+    if (c.name() != last_name) next_offset = 0;
+    EXPECT_EQ(c.offset(), next_offset) << c.name();
+    next_offset += static_cast<int64_t>(c.data().size());
+    last_name = c.name();
+    if (c.name() == "layers.2.weight") {
+      ++pieces_of_the_wide_weight;
+      EXPECT_THAT(c.shape(), ::testing::ElementsAre(600, 512));
+    }
+  }
+  EXPECT_EQ(pieces_of_the_wide_weight, 2);
+  // A passed boundary cannot be asked for any more.
+  v1::SnapshotRequest ask;
+  ask.set_job_id("job");
+  ask.set_step(1);
+  v1::SnapshotResponse asked;
+  const grpc::Status passed = Unary(
+      [&](grpc::ClientContext* c) { return stub_->Snapshot(c, ask, &asked); });
+  EXPECT_EQ(passed.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(passed.error_message(), ::testing::HasSubstr("next step"));
+
+  // A fresh stage from step 2 trains on to 4 as if never interrupted.
+  v1::StageConfig resumed = config;
+  resumed.set_start_step(2);
+  resumed.set_restore_expected(true);
+  resumed.mutable_spec()->set_steps(4);
+  ASSERT_TRUE(Configure(resumed).ok());
+  v1::RestoreStateResponse restored;
+  const grpc::Status status = Restore(chunks, &restored);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(restored.tensors(), 3 * 6);  // 6 parameters, m and v each
+  TrainConfigured(resumed);
+  auto backend = CreateCpuBackend(1);
+  auto reference = LocalTrainer::Create(resumed.spec(), backend.get());
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*reference)->Step().ok());
+  auto want = (*reference)->model()->ParamsToHost();
+  ASSERT_TRUE(want.ok());
+  v1::GetWeightsRequest request;
+  request.set_job_id("job");
+  v1::GetWeightsResponse got;
+  ASSERT_TRUE(Unary([&](grpc::ClientContext* c) {
+                return stub_->GetWeights(c, request, &got);
+              }).ok());
+  ASSERT_EQ(got.weights_size(), static_cast<int>(want->size()));
+  for (int p = 0; p < got.weights_size(); ++p) {
+    const std::vector<float> w = (*want)[p].ToVector();
+    const float* g =
+        reinterpret_cast<const float*>(got.weights(p).data().data());
+    for (size_t i = 0; i < w.size(); ++i) {
+      ASSERT_NEAR(g[i], w[i], 1e-5) << got.weights(p).name() << "[" << i << "]";
+    }
+  }
+}
+
+TEST_F(StageServiceTest, MalformedRestoreStreamsAreRefusedHarmlessly) {
+  const v1::StageConfig config = WideStageConfig();
+  TrainToTheEnd(config);
+  std::vector<v1::StateChunk> good;
+  ASSERT_TRUE(Fetch("job", 2, &good).ok());
+  v1::StageConfig resumed = config;
+  resumed.set_start_step(2);
+  resumed.set_restore_expected(true);
+  resumed.mutable_spec()->set_steps(3);
+  ASSERT_TRUE(Configure(resumed).ok());
+  v1::TrainRequest train;
+  train.set_job_id("job");
+  train.set_until_step(3);
+  v1::TrainResponse trained;
+  EXPECT_EQ(Unary([&](grpc::ClientContext* c) {
+              return stub_->Train(c, train, &trained);
+            }).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  size_t wide = 0;
+  while (good[wide].name() != "layers.2.weight") ++wide;
+  struct Case {
+    const char* what;
+    std::function<void(std::vector<v1::StateChunk>*)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"offsets do not add up",
+       [wide](auto* c) { (*c)[wide + 1].set_offset(8); }},
+      {"a size past the tensor",
+       [wide](auto* c) {
+         for (size_t i = wide; i < wide + 2; ++i) {
+           (*c)[i].set_total_bytes(int64_t{1} << 40);
+         }
+       }},
+      {"a wrong dtype",
+       [wide](auto* c) { (*c)[wide].set_dtype(v1::DTYPE_BF16); }},
+      {"a wrong shape",
+       [wide](auto* c) {
+         (*c)[wide].set_shape(0, 512);
+         (*c)[wide].set_shape(1, 600);
+       }},
+      {"cut mid-tensor", [wide](auto* c) { c->resize(wide + 1); }},
+      {"a parameter missing",
+       [wide](auto* c) { c->erase(c->begin() + wide, c->begin() + wide + 2); }},
+      {"no chunk at all", [](auto* c) { c->clear(); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::vector<v1::StateChunk> chunks = good;
+    c.edit(&chunks);
+    v1::RestoreStateResponse response;
+    const grpc::Status status = Restore(chunks, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << status.error_message();
+  }
+  v1::RestoreStateResponse response;
+  const grpc::Status status = Restore(good, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  TrainConfigured(resumed);
 }
 
 }  // namespace

@@ -54,6 +54,13 @@ std::shared_ptr<DownstreamStream> DownstreamStream::Open(
   // The neighbour may still be starting: wait for it instead of failing.
   s->context_.set_wait_for_ready(true);
   s->assembler_.set_wire_dtype(executor->config().wire_dtype());
+  // What comes back is checked against the stage's shapes before a
+  // message buffer is taken.
+  StageExecutor* checker = executor.get();
+  s->assembler_.set_header_check(
+      [checker](MessageKind kind, const v1::FrameHeader& h) {
+        return checker->ValidateIncomingShape(MessageOutline(kind, h));
+      });
   s->stub_.PrepareBidiStreamingCall(&s->context_, kExchangeMethod,
                                     grpc::StubOptions(), s.get());
   std::vector<grpc::ByteBuffer> hello;
@@ -176,9 +183,27 @@ class UpstreamStream::Link final : public StageLink {
   UpstreamStream* stream_ ABSL_GUARDED_BY(mu_);
 };
 
-UpstreamStream::UpstreamStream(StageHost* host, size_t chunk_bytes)
-    : host_(host), chunk_bytes_(chunk_bytes) {
+UpstreamStream::UpstreamStream(StageHost* host, size_t chunk_bytes,
+                               std::string peer)
+    : host_(host), chunk_bytes_(chunk_bytes), peer_(std::move(peer)) {
+  assembler_.set_header_check(
+      [this](MessageKind kind, const v1::FrameHeader& h) {
+        return CheckHeader(kind, h);
+      });
   StartRead(&in_);
+}
+
+absl::Status UpstreamStream::CheckHeader(MessageKind kind,
+                                         const v1::FrameHeader& h) const {
+  if (executor_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "a stream must start with a HELLO frame naming its job");
+  }
+  if (h.job_id() != job_id_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame for job '", h.job_id(), "' on a stream of job '", job_id_, "'"));
+  }
+  return executor_->ValidateIncomingShape(MessageOutline(kind, h));
 }
 
 absl::Status UpstreamStream::Send(StageMessage message) {
@@ -257,34 +282,47 @@ absl::Status UpstreamStream::HandleFrame() {
       return absl::InvalidArgumentError(absl::StrCat(
           "stage ", h.stage(), " is not the previous stage of stage ", stage));
     }
+    auto link = std::make_shared<Link>(this);
+    if (!executor_->SetUpstreamIfNone(link)) {
+      // The live link keeps the job running; the newcomer is the one that
+      // cannot be trusted.
+      executor_.reset();
+      return absl::AlreadyExistsError(
+          absl::StrCat("stage ", stage,
+                       " already has a live upstream stream; refusing a "
+                       "second one"));
+    }
+    link_ = std::move(link);
     job_id_ = h.job_id();
     wire_dtype_ = executor_->config().wire_dtype();
     assembler_.set_wire_dtype(wire_dtype_);
-    link_ = std::make_shared<Link>(this);
-    executor_->SetUpstream(link_);
     return absl::OkStatus();
   }
-  if (executor_ == nullptr) {
-    return absl::FailedPreconditionError(
-        "a stream must start with a HELLO frame naming its job");
-  }
-  if (h.job_id() != job_id_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "frame for job '", h.job_id(), "' on a stream of job '", job_id_, "'"));
-  }
+  // Add ran CheckHeader on this frame: HELLO came first, the job matches.
   if (!decoded.message.has_value()) return absl::OkStatus();
   return DeliverTo(executor_.get(), host_->metrics(),
                    std::move(*decoded.message));
 }
 
+void UpstreamStream::ReleaseLink() {
+  if (link_ == nullptr) return;
+  link_->Detach();
+  executor_->ClearUpstream(link_.get());
+}
+
 void UpstreamStream::OnReadDone(bool ok) {
   if (!ok) {  // the previous stage closed its side
+    ReleaseLink();
     FinishWith(grpc::Status::OK);
     return;
   }
   const absl::Status status = HandleFrame();
   if (!status.ok()) {
-    PT_LOG(WARNING) << "rejected a frame from the previous stage: " << status;
+    // Before the peer hears the status: a stream it opens next finds the
+    // stage's upstream place free.
+    ReleaseLink();
+    PT_LOG(WARNING) << "rejected a frame from " << peer_
+                    << " (ending its stream): " << status;
     FinishWith(ToGrpcStatus(status));
     return;
   }
@@ -292,7 +330,7 @@ void UpstreamStream::OnReadDone(bool ok) {
 }
 
 void UpstreamStream::OnCancel() {
-  if (executor_ != nullptr) {
+  if (link_ != nullptr) {  // only the accepted upstream fails the step
     executor_->mailbox()->Fail(
         absl::UnavailableError("the previous stage's stream was cancelled"));
   }
@@ -300,10 +338,7 @@ void UpstreamStream::OnCancel() {
 }
 
 void UpstreamStream::OnDone() {
-  if (link_ != nullptr) {
-    link_->Detach();
-    executor_->ClearUpstream(link_.get());
-  }
+  ReleaseLink();
   delete this;
 }
 

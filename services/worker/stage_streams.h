@@ -90,8 +90,16 @@ class UpstreamStream final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // `host` is borrowed and must outlive the stream; frames of at most
-  // `chunk_bytes` payload bytes go back up.
-  UpstreamStream(StageHost* host, size_t chunk_bytes);
+  // `chunk_bytes` payload bytes go back up. `peer` (the remote address)
+  // names the stream in the logs.
+  //
+  // What a stream must do before its payload is read: its first frame is
+  // a HELLO naming the job the worker runs and the stage before this one,
+  // and no other stream is that stage's live upstream (a second one is
+  // refused with AlreadyExists; the live one is never displaced). Every
+  // frame's header then passes the stage's shape checks before anything
+  // is allocated for its message. A rejected frame ends only its stream.
+  UpstreamStream(StageHost* host, size_t chunk_bytes, std::string peer = "");
 
   // Queues a message to the upstream stage (called through its StageLink).
   absl::Status Send(StageMessage message);
@@ -106,9 +114,15 @@ class UpstreamStream final
   // Ends the stream with `status` once no write is in flight.
   void FinishWith(const grpc::Status& status);
   absl::Status HandleFrame();
+  // Gives up the stage's upstream place (idempotent). Read reactions and
+  // OnDone only.
+  void ReleaseLink();
+  // The assembler's header check (runs inside a read reaction).
+  absl::Status CheckHeader(MessageKind kind, const v1::FrameHeader& h) const;
 
   StageHost* const host_;  // borrowed
   const size_t chunk_bytes_;
+  const std::string peer_;
   // Used only by read reactions.
   grpc::ByteBuffer in_;
   FrameAssembler assembler_;

@@ -9,9 +9,11 @@
 namespace pipetrain {
 
 WorkerAgent::WorkerAgent(const std::string& scheduler_address,
-                         v1::WorkerInfo info, const StageHost* host)
+                         v1::WorkerInfo info, const StageHost* host,
+                         std::string join_token)
     : scheduler_address_(scheduler_address),
       host_(host),
+      join_token_(std::move(join_token)),
       stub_(v1::SchedulerService::NewStub(
           CreatePipetrainChannel(scheduler_address))),
       info_(std::move(info)) {
@@ -29,12 +31,15 @@ WorkerAgent::~WorkerAgent() {
 absl::Status WorkerAgent::Register() {
   v1::RegisterWorkerRequest request;
   *request.mutable_worker() = info_;
+  request.set_join_token(join_token_);
+  request.set_worker_secret(secret_);
   v1::RegisterWorkerResponse response;
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(5));
   RETURN_IF_ERROR(
       FromGrpcStatus(stub_->RegisterWorker(&ctx, request, &response)));
   info_.set_id(response.worker_id());
+  secret_ = response.worker_secret();
   if (response.heartbeat_interval_seconds() > 0) {
     interval_s_ = response.heartbeat_interval_seconds();
   }
@@ -47,8 +52,12 @@ absl::Status WorkerAgent::Register() {
 absl::Status WorkerAgent::Beat() {
   v1::HeartbeatRequest request;
   request.set_worker_id(info_.id());
+  request.set_worker_secret(secret_);
   std::optional<v1::StageReport> report = host_->Report(reported_since_);
-  if (report.has_value() && report->job_id() != reported_job_) {
+  const auto is_new = [this](const v1::StageReport& r) {
+    return r.job_id() != reported_job_ || r.attempt() != reported_attempt_;
+  };
+  if (report.has_value() && is_new(*report)) {
     // A new stage: report its results from the start.
     report = host_->Report(0);
   }
@@ -64,8 +73,9 @@ absl::Status WorkerAgent::Beat() {
   ctx.set_deadline(DeadlineIn(5));
   RETURN_IF_ERROR(FromGrpcStatus(stub_->Heartbeat(&ctx, request, &response)));
   if (report.has_value()) {
-    if (report->job_id() != reported_job_) {
+    if (is_new(*report)) {
       reported_job_ = report->job_id();
+      reported_attempt_ = report->attempt();
       next_since = 0;
       for (const auto& r : report->status().results()) {
         next_since = std::max(next_since, r.step() + 1);
@@ -73,7 +83,19 @@ absl::Status WorkerAgent::Beat() {
     }
     reported_since_ = next_since;
   }
-  if (response.register_again()) registered_ = false;
+  // A new scheduler process may have lost results its predecessor
+  // acknowledged but had not written down: report them all again.
+  if (response.scheduler_instance() != scheduler_instance_) {
+    if (!scheduler_instance_.empty()) reported_attempt_ = -1;
+    scheduler_instance_ = response.scheduler_instance();
+  }
+  if (response.register_again()) {
+    // A scheduler that does not know this worker (one restarted before it
+    // had written the registration down) dropped the report with it:
+    // report every result of the stage again once registered.
+    registered_ = false;
+    reported_attempt_ = -1;
+  }
   return absl::OkStatus();
 }
 
@@ -81,6 +103,10 @@ void WorkerAgent::Loop() {
   bool warned = false;
   while (true) {
     absl::Status status = registered_ ? Beat() : Register();
+    // The scheduler may have died with the last results it acknowledged
+    // still queued for its disk: once it answers again, report every
+    // result of the stage again (the ledger keeps one entry per step).
+    if (!status.ok()) reported_attempt_ = -1;
     if (!status.ok() && !warned) {
       PT_LOG(WARNING) << "scheduler at " << scheduler_address_
                       << " unreachable: " << status << " (retrying)";

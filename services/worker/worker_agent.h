@@ -22,9 +22,10 @@ namespace pipetrain {
 
 class WorkerAgent {
  public:
-  // `host` is borrowed and must outlive the agent.
+  // `host` is borrowed and must outlive the agent. `join_token` is the
+  // cluster's (--join_token_file), empty when it has none.
   WorkerAgent(const std::string& scheduler_address, v1::WorkerInfo info,
-              const StageHost* host);
+              const StageHost* host, std::string join_token = "");
   ~WorkerAgent();
 
  private:
@@ -34,13 +35,23 @@ class WorkerAgent {
 
   const std::string scheduler_address_;
   const StageHost* const host_;  // borrowed
+  const std::string join_token_;
   std::unique_ptr<v1::SchedulerService::Stub> stub_;
   // Used only by the agent's thread.
   v1::WorkerInfo info_;
   double interval_s_ = 0.5;
   bool registered_ = false;
+  // Proof of the last registration, sent with heartbeats; never logged.
+  std::string secret_;
+  // The configuration (job, attempt) reported last and the step its next
+  // report's results start at; a new configuration (a new job, or the same
+  // job resumed after a recovery) is reported from its first result.
   std::string reported_job_;
+  int64_t reported_attempt_ = -1;
   int64_t reported_since_ = 0;
+  // HeartbeatResponse.scheduler_instance last seen: when it changes, the
+  // stage's results are reported again from the first.
+  std::string scheduler_instance_;
 
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

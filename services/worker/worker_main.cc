@@ -16,17 +16,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
-#include "common/metrics.h"
+#include "common/metrics_registry.h"
+#include "common/secret.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "services/auth/security_flags.h"
 #include "services/http/http_server.h"
 #include "services/rpc/grpc_server.h"
 #include "services/rpc/grpc_util.h"
 #include "services/rpc/process_util.h"
+#include "services/worker/stage_access.h"
 #include "services/worker/stage_service.h"
 #include "services/worker/stage_streams.h"
 #include "services/worker/worker_agent.h"
+#include "worker/data/data_access.h"
 #include "worker/pipeline/profiler.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7100",
@@ -46,11 +50,27 @@ ABSL_FLAG(std::string, advertise, "",
           "Address other workers and the scheduler dial (default: the "
           "listen host, or 127.0.0.1 when listening on every interface)");
 ABSL_FLAG(std::string, worker_id, "", "Worker id (default: assigned)");
+ABSL_FLAG(std::string, join_token_file, "",
+          "File holding the cluster's join token, sent when registering");
+ABSL_FLAG(std::string, scheduler_identity, pipetrain::kDefaultSchedulerIdentity,
+          "Certificate name (CN or SAN) of the scheduler: under mutual TLS "
+          "only it may configure, train or stop this worker");
 ABSL_FLAG(std::vector<std::string>, labels, {},
           "Labels as key=value, e.g. zone=edge");
 ABSL_FLAG(int64_t, memory_bytes, 0,
           "Memory the planner may use on this worker (0: physical memory "
           "for the CPU, unknown for CUDA)");
+ABSL_FLAG(double, gemm_gflops, 0,
+          "GEMM speed the planner assumes for this worker, GFLOP/s (0: "
+          "measure it at start; a measurement on a busy machine can be far "
+          "off)");
+ABSL_FLAG(std::vector<std::string>, data_root,
+          std::vector<std::string>(absl::StrSplit(pipetrain::kDefaultDataRoots,
+                                                  ',')),
+          "Directories job data may be read from (comma-separated); paths "
+          "are resolved (realpath) and must be regular files under one");
+ABSL_FLAG(int64_t, max_data_file_bytes, pipetrain::kDefaultMaxDataFileBytes,
+          "Bytes one data file (or a character corpus in all) may yield");
 
 namespace pipetrain {
 namespace {
@@ -68,7 +88,13 @@ absl::StatusOr<v1::WorkerInfo> DescribeWorker(Backend* backend) {
         static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   }
   info.set_memory_bytes(memory);
-  ASSIGN_OR_RETURN(double gflops, MeasureGemmGflops(backend));
+  double gflops = absl::GetFlag(FLAGS_gemm_gflops);
+  if (!(gflops >= 0)) {
+    return absl::InvalidArgumentError("--gemm_gflops must be 0 or positive");
+  }
+  if (gflops == 0) {
+    ASSIGN_OR_RETURN(gflops, MeasureGemmGflops(backend));
+  }
   info.set_gemm_gflops(gflops);
   for (const std::string& label : absl::GetFlag(FLAGS_labels)) {
     std::pair<std::string, std::string> kv = absl::StrSplit(label, '=');
@@ -82,14 +108,41 @@ absl::StatusOr<v1::WorkerInfo> DescribeWorker(Backend* backend) {
 }
 
 absl::Status Run() {
+  DataAccessPolicy data_policy;
+  data_policy.roots = absl::GetFlag(FLAGS_data_root);
+  data_policy.max_file_bytes = absl::GetFlag(FLAGS_max_data_file_bytes);
+  RETURN_IF_ERROR(SetDataAccessPolicy(data_policy));
+  // /metrics is HTTPS with the gRPC certificate, or plaintext where
+  // plaintext gRPC would be allowed.
+  const bool serve_metrics = absl::GetFlag(FLAGS_metrics_port) >= 0;
+  ASSIGN_OR_RETURN(
+      const TransportSecurity security,
+      SetUpTransportSecurityFromFlags(
+          {{"--listen", absl::GetFlag(FLAGS_listen)},
+           {"--scheduler", absl::GetFlag(FLAGS_scheduler)},
+           {"--advertise", absl::GetFlag(FLAGS_advertise)},
+           {"--metrics_host",
+            serve_metrics ? absl::GetFlag(FLAGS_metrics_host) : ""}}));
+  std::string join_token;
+  if (!absl::GetFlag(FLAGS_join_token_file).empty()) {
+    ASSIGN_OR_RETURN(join_token,
+                     ReadSecretFile("join_token_file",
+                                    absl::GetFlag(FLAGS_join_token_file)));
+  }
   MetricsRegistry registry;
   ASSIGN_OR_RETURN(std::unique_ptr<StageMetrics> metrics,
                    StageMetrics::Create(&registry));
   std::unique_ptr<HttpServer> http;
-  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    ASSIGN_OR_RETURN(http,
-                     HttpServer::Start(absl::GetFlag(FLAGS_metrics_host),
-                                       absl::GetFlag(FLAGS_metrics_port), 2));
+  if (serve_metrics) {
+    HttpServerOptions http_options;
+    http_options.host = absl::GetFlag(FLAGS_metrics_host);
+    http_options.port = absl::GetFlag(FLAGS_metrics_port);
+    http_options.threads = 2;
+    if (security.tls()) {
+      http_options.tls_cert_file = TlsCertFlag();
+      http_options.tls_key_file = TlsKeyFlag();
+    }
+    ASSIGN_OR_RETURN(http, HttpServer::Start(http_options));
     ServeMetrics(http.get(), &registry);
     http->Handle("GET", "/healthz", [](const HttpRequest&) {
       HttpResponse r;
@@ -112,9 +165,13 @@ absl::Status Run() {
   StageHost stage_host(std::move(backend), metrics.get(),
                        DownstreamStreamOpener(metrics.get(), chunk_bytes));
   const Backend* memory_source = &stage_host.backend();
-  StageServiceImpl service(&stage_host, [&stage_host, chunk_bytes] {
-    return new UpstreamStream(&stage_host, chunk_bytes);
-  });
+  // Identities are certificate names: the checks need TLS.
+  StageServiceImpl service(
+      &stage_host,
+      [&stage_host, chunk_bytes](grpc::CallbackServerContext* context) {
+        return new UpstreamStream(&stage_host, chunk_bytes, context->peer());
+      },
+      StageAccess(security.tls(), absl::GetFlag(FLAGS_scheduler_identity)));
   // /metrics reads the backend: stop serving it before `stage_host` goes,
   // on every return path.
   absl::Cleanup stop_http = [&http] {
@@ -149,7 +206,7 @@ absl::Status Run() {
   std::unique_ptr<WorkerAgent> agent;
   if (!absl::GetFlag(FLAGS_scheduler).empty()) {
     agent = std::make_unique<WorkerAgent>(absl::GetFlag(FLAGS_scheduler), info,
-                                          &stage_host);
+                                          &stage_host, join_token);
   }
   RETURN_IF_ERROR(
       WritePortFile(absl::GetFlag(FLAGS_port_file),

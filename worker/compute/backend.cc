@@ -41,7 +41,7 @@ absl::StatusOr<Tensor> ToHost(Backend* backend, const Tensor& device_tensor) {
   if (device_tensor.dtype() != DType::kF32) {
     return absl::InvalidArgumentError("ToHost needs a float32 tensor");
   }
-  Tensor out = Tensor::Host(device_tensor.shape());
+  ASSIGN_OR_RETURN(Tensor out, Tensor::TryHost(device_tensor.shape()));
   RETURN_IF_ERROR(backend->CopyToHost(device_tensor.f32(),
                                       device_tensor.numel(), out.f32()));
   return out;

@@ -1,8 +1,10 @@
 #include "worker/compute/tensor.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "worker/compute/half.h"
@@ -31,13 +33,36 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype,
       dtype_(dtype),
       byte_offset_(byte_offset) {}
 
-Tensor Tensor::Host(Shape shape, DType dtype) {
-  const size_t bytes =
-      std::max<size_t>(NumElements(shape) * DTypeSize(dtype), 1);
+absl::StatusOr<Tensor> Tensor::TryHost(Shape shape, DType dtype) {
+  const std::optional<int64_t> n = CheckedNumElements(shape);
+  const std::optional<int64_t> want =
+      n.has_value() ? CheckedMul(*n, static_cast<int64_t>(DTypeSize(dtype)))
+                    : std::nullopt;
+  if (!want.has_value()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate a host tensor of shape ", ShapeToString(shape)));
+  }
+  const size_t bytes = std::max<size_t>(static_cast<size_t>(*want), 1);
   void* data = std::calloc(bytes, 1);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of host memory allocating ", bytes,
+                     " bytes for a tensor of shape ", ShapeToString(shape)));
+  }
   auto storage = std::make_shared<Storage>(
       data, bytes, Device::kCpu, [](void* p, size_t) { std::free(p); });
   return Tensor(std::move(storage), std::move(shape), dtype);
+}
+
+Tensor Tensor::Host(Shape shape, DType dtype) {
+  absl::StatusOr<Tensor> t = TryHost(std::move(shape), dtype);
+  // The code chose this size; running on without the memory would write
+  // through null, so stop here with the reason.
+  if (!t.ok()) {
+    std::fprintf(stderr, "fatal: %s\n", t.status().ToString().c_str());
+    std::abort();
+  }
+  return *std::move(t);
 }
 
 Tensor Tensor::HostFrom(Shape shape, absl::Span<const float> values) {
@@ -80,7 +105,9 @@ absl::StatusOr<Tensor> ConvertDType(const Tensor& host, DType to) {
     return absl::InvalidArgumentError("ConvertDType needs a host tensor");
   }
   if (host.dtype() == to) return host;
-  Tensor out = Tensor::Host(host.shape(), to);
+  absl::StatusOr<Tensor> allocated = Tensor::TryHost(host.shape(), to);
+  if (!allocated.ok()) return allocated.status();
+  Tensor out = *std::move(allocated);
   const int64_t n = host.numel();
   if (host.dtype() == DType::kF32) {
     const float* src = host.f32();

@@ -54,8 +54,13 @@ class Tensor {
   Tensor(std::shared_ptr<Storage> storage, Shape shape,
          DType dtype = DType::kF32, size_t byte_offset = 0);
 
-  // A new zero-filled host (CPU) tensor.
+  // A new zero-filled host (CPU) tensor. For sizes the code itself chose;
+  // a size that comes from a spec, a request or a file goes through
+  // TryHost.
   static Tensor Host(Shape shape, DType dtype = DType::kF32);
+  // Like Host, but ResourceExhausted when the size overflows or the memory
+  // cannot be had, instead of a tensor over no memory.
+  static absl::StatusOr<Tensor> TryHost(Shape shape, DType dtype = DType::kF32);
   // A host tensor holding a copy of `values`.
   static Tensor HostFrom(Shape shape, absl::Span<const float> values);
 

@@ -49,7 +49,7 @@ absl::StatusOr<Tensor> TensorFromProto(const v1::TensorProto& proto) {
         proto.name(), ": ", proto.data().size(), " bytes of data, but ",
         DTypeName(*dtype), ShapeToString(shape), " needs ", want));
   }
-  Tensor host = Tensor::Host(shape, *dtype);
+  ASSIGN_OR_RETURN(Tensor host, Tensor::TryHost(shape, *dtype));
   if (want > 0) std::memcpy(host.raw(), proto.data().data(), want);
   return host;
 }

@@ -17,6 +17,25 @@ TEST(Tensor, HostTensorsAreZeroedAndShaped) {
   for (float v : t.ToVector()) EXPECT_EQ(v, 0.0f);
 }
 
+// A size that overflows is refused before any allocation (a wrapped size
+// would allocate a few bytes and be written far past them).
+TEST(Tensor, TryHostRefusesSizesThatOverflow) {
+  const int64_t big = int64_t{1} << 40;
+  const absl::StatusOr<Tensor> t = Tensor::TryHost({big, big});
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(t.status().message().find("[1099511627776, 1099511627776]"),
+            std::string::npos)
+      << t.status();
+  EXPECT_EQ(Tensor::TryHost({-1, 4}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // 2^62 elements fit int64 but not as float32 bytes.
+  EXPECT_EQ(Tensor::TryHost({int64_t{1} << 62}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  const absl::StatusOr<Tensor> small = Tensor::TryHost({2, 3});
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->ToVector(), std::vector<float>(6, 0.0f));
+}
+
 TEST(Tensor, ReshapeAndSliceShareStorage) {
   Tensor t = Tensor::HostFrom({4, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
   auto rows = t.SliceRows(1, 3);

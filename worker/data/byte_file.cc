@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/data/data_access.h"
 
 namespace pipetrain {
 namespace {
@@ -35,15 +36,19 @@ bool PathExists(const std::string& path) {
   return ::stat(path.c_str(), &info) == 0;
 }
 
-ByteFile::ByteFile(std::string path, void* file)
-    : path_(std::move(path)), file_(file) {}
+ByteFile::ByteFile(std::string path, void* file, int64_t max_bytes)
+    : path_(std::move(path)), file_(file), max_bytes_(max_bytes) {}
 
 ByteFile::~ByteFile() { gzclose(AsGz(file_)); }
 
 absl::StatusOr<std::unique_ptr<ByteFile>> ByteFile::Open(
     const std::string& path) {
+  // The policy's path, type and size checks (data_access.h); the file
+  // opened is the resolved one, so nothing can swap a link in between the
+  // check and the open but a rename inside the root.
+  ASSIGN_OR_RETURN(const std::string resolved, CheckDataFile(path));
   errno = 0;
-  gzFile file = gzopen(path.c_str(), "rb");
+  gzFile file = gzopen(resolved.c_str(), "rb");
   if (file == nullptr) {
     const int error = errno;
     if (error == ENOENT) {
@@ -56,7 +61,8 @@ absl::StatusOr<std::unique_ptr<ByteFile>> ByteFile::Open(
     return absl::ErrnoToStatus(error, absl::StrCat("cannot open ", path));
   }
   gzbuffer(file, kZlibBufferBytes);
-  return std::unique_ptr<ByteFile>(new ByteFile(path, file));
+  return std::unique_ptr<ByteFile>(
+      new ByteFile(path, file, GetDataAccessPolicy().max_file_bytes));
 }
 
 absl::Status ByteFile::ReadUpTo(size_t n, std::vector<uint8_t>* out) {
@@ -69,6 +75,14 @@ absl::Status ByteFile::ReadUpTo(size_t n, std::vector<uint8_t>* out) {
                            static_cast<unsigned>(chunk));
     const size_t kept = got > 0 ? static_cast<size_t>(got) : 0;
     out->resize(old_size + kept);
+    read_ += static_cast<int64_t>(kept);
+    if (read_ > max_bytes_) {
+      // A gzip file inflates past its size on disk: cap what it yields
+      // (at most one chunk is read past the cap).
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, " yields more than ", max_bytes_,
+                       " bytes, the limit (--max_data_file_bytes)"));
+    }
     // A short read means the end of the file or an error; a gzip stream cut
     // short shows up as an error here even when gzread returned 0.
     if (kept < chunk) {

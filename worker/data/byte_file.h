@@ -23,8 +23,10 @@ bool PathExists(const std::string& path);
 // one caller that reads it.
 class ByteFile {
  public:
-  // NotFound (naming `path`) when the file does not exist; other open
-  // failures map from errno.
+  // NotFound (naming `path`) when the file does not exist; the data
+  // access policy's errors (data_access.h: outside the roots, not a
+  // regular file, too large); other open failures map from errno. Reads
+  // fail once the file has yielded the policy's max_file_bytes.
   static absl::StatusOr<std::unique_ptr<ByteFile>> Open(
       const std::string& path);
   ~ByteFile();
@@ -45,13 +47,15 @@ class ByteFile {
 
  private:
   // `file` is zlib's gzFile, kept opaque so zlib.h stays out of this header.
-  ByteFile(std::string path, void* file);
+  ByteFile(std::string path, void* file, int64_t max_bytes);
   // Appends up to `n` bytes; fewer only at the end of the file.
   absl::Status ReadUpTo(size_t n, std::vector<uint8_t>* out);
 
   // Constant after construction.
   const std::string path_;
   void* const file_;
+  const int64_t max_bytes_;
+  int64_t read_ = 0;  // bytes yielded so far
 };
 
 // Reads a whole (gzip or plain) file.

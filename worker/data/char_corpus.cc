@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "worker/data/byte_file.h"
+#include "worker/data/data_access.h"
 
 namespace pipetrain {
 namespace {
@@ -70,6 +71,13 @@ absl::StatusOr<std::vector<uint8_t>> ReadCorpus(
   for (const std::string& path : source.files()) {
     ASSIGN_OR_RETURN(std::unique_ptr<ByteFile> file, ByteFile::Open(path));
     RETURN_IF_ERROR(file->ReadToEnd(&corpus));
+    // Each file is capped; so is the whole (one file listed many times).
+    const int64_t cap = GetDataAccessPolicy().max_file_bytes;
+    if (static_cast<int64_t>(corpus.size()) > cap) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.char_corpus: the files hold more than ", cap,
+                       " bytes together, the limit (--max_data_file_bytes)"));
+    }
   }
   return corpus;
 }

@@ -5,10 +5,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/compute/elementwise_math.h"
 #include "worker/data/char_corpus.h"
 #include "worker/data/fashion_mnist.h"
+#include "worker/data/numpy_dataset.h"
 #include "worker/data/synthetic.h"
+#include "worker/data/token_shards.h"
 
 namespace pipetrain {
 namespace {
@@ -90,8 +93,8 @@ absl::StatusOr<Batch> GatherBatch(const Dataset& dataset,
                            label_shape.end());
 
   Batch out;
-  out.inputs = Tensor::Host(std::move(input_batch_shape));
-  out.labels = Tensor::Host(std::move(label_batch_shape));
+  ASSIGN_OR_RETURN(out.inputs, Tensor::TryHost(std::move(input_batch_shape)));
+  ASSIGN_OR_RETURN(out.labels, Tensor::TryHost(std::move(label_batch_shape)));
   const int64_t input_numel = NumElements(sample_shape);
   const int64_t label_numel = NumElements(label_shape);
   float* inputs = out.inputs.f32();
@@ -133,12 +136,16 @@ absl::StatusOr<DatasetPair> OpenDataset(const v1::DatasetSpec& spec,
       return OpenCharCorpus(spec.char_corpus());
     case v1::DatasetSpec::kSynthetic:
       return OpenSynthetic(spec.synthetic(), seed);
+    case v1::DatasetSpec::kNumpy:
+      return OpenNumpy(spec.numpy());
+    case v1::DatasetSpec::kTokenShards:
+      return OpenTokenShards(spec.token_shards());
     case v1::DatasetSpec::SOURCE_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError(
       "data: no dataset source is set (expected one of fashion_mnist, "
-      "char_corpus or synthetic)");
+      "char_corpus, synthetic, numpy or token_shards)");
 }
 
 }  // namespace pipetrain

@@ -22,6 +22,9 @@ CausalSelfAttention::Create(Backend* backend, int64_t dim, int64_t heads,
                    Linear::Create(backend, dim, 3 * dim, true, init_seed));
   ASSIGN_OR_RETURN(layer->out_, Linear::Create(backend, dim, dim, true,
                                                init_seed ^ 0x0a770a77ull));
+  // Checkpoint names: layers.{i}.qkv.weight, layers.{i}.out.bias, ...
+  NameChildParams(layer->qkv_.get(), "qkv");
+  NameChildParams(layer->out_.get(), "out");
   return layer;
 }
 
@@ -161,6 +164,13 @@ absl::StatusOr<std::unique_ptr<TransformerBlock>> TransformerBlock::Create(
   ASSIGN_OR_RETURN(auto fc2,
                    Linear::Create(backend, mlp_dim, dim, true,
                                   LayerInitSeed(seed, layer_index, 3)));
+  // Checkpoint names: layers.{i}.ln1.gamma, layers.{i}.attn.qkv.weight,
+  // layers.{i}.fc2.bias, ...
+  NameChildParams(ln1.get(), "ln1");
+  NameChildParams(attn.get(), "attn");
+  NameChildParams(ln2.get(), "ln2");
+  NameChildParams(fc1.get(), "fc1");
+  NameChildParams(fc2.get(), "fc2");
   block->attn_branch_.push_back(std::move(ln1));
   block->attn_branch_.push_back(std::move(attn));
   block->mlp_branch_.push_back(std::move(ln2));

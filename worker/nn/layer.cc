@@ -1,5 +1,6 @@
 #include "worker/nn/layer.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/compute/elementwise_math.h"
 #include "worker/compute/half.h"
@@ -65,6 +66,10 @@ absl::StatusOr<uint64_t> ParamsChecksum(Backend* backend,
   return hash;
 }
 
+void NameChildParams(Layer* layer, std::string_view child) {
+  for (Param* p : layer->params()) p->name = std::string(child) + "." + p->name;
+}
+
 uint64_t LayerInitSeed(uint64_t seed, int64_t layer_index, int64_t child) {
   return math::SplitMix64(math::SplitMix64(seed ^ 0x5eed5eedull) +
                           static_cast<uint64_t>(layer_index) * 1000003ull +
@@ -74,7 +79,7 @@ uint64_t LayerInitSeed(uint64_t seed, int64_t layer_index, int64_t child) {
 absl::StatusOr<Param> MakeParam(Backend* backend, std::string name,
                                 const Shape& shape, uint64_t init_seed,
                                 int slot, float bound, float constant) {
-  Tensor host = Tensor::Host(shape);
+  ASSIGN_OR_RETURN(Tensor host, Tensor::TryHost(shape));
   float* v = host.f32();
   const uint64_t stream = math::SplitMix64(init_seed + 7919ull * (slot + 1));
   for (int64_t i = 0; i < host.numel(); ++i) {

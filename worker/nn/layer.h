@@ -25,12 +25,19 @@ namespace pipetrain {
 
 // A learned tensor and its gradient.
 struct Param {
+  // Within a layer: "weight", or "child.weight" for a composite layer's
+  // sub-layer; a Model prefixes "layers.{i}." (the checkpoint name, see
+  // model_state.h).
   std::string name;
   Tensor value;
   Tensor grad;
   // True when `grad` holds nothing yet: the next backward overwrites it
   // instead of accumulating (saves zeroing every step). Set by ZeroGrads.
   bool grad_fresh = true;
+  // The value holds the transpose of the checkpoint layout: a linear
+  // layer's weight is [in, out] here and [out, in] (as PyTorch's nn.Linear
+  // stores it) in checkpoints.
+  bool transposed = false;
 };
 
 // What one forward pass saved for its backward pass.
@@ -98,6 +105,11 @@ absl::StatusOr<Tensor> RunBackward(Layer* layer, BackwardMode mode,
                                    const Tensor& dy,
                                    const ForwardOptions& options,
                                    LayerContext* ctx, bool need_dx);
+
+// Prefixes the names of `layer`'s parameters with "`child`." (a composite
+// layer naming its sub-layers' parameters; the names must stay stable, they
+// are checkpoint names).
+void NameChildParams(Layer* layer, std::string_view child);
 
 // Marks every gradient as empty; the next backward overwrites it.
 void ZeroGrads(const std::vector<Param*>& params);

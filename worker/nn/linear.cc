@@ -15,6 +15,7 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(Backend* backend,
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));
   ASSIGN_OR_RETURN(layer->weight_, MakeParam(backend, "weight", {in, out},
                                              init_seed, 0, bound));
+  layer->weight_.transposed = true;
   if (bias) {
     ASSIGN_OR_RETURN(
         Param b, MakeParam(backend, "bias", {out}, init_seed, 1, 0.0f, 0.0f));

@@ -13,7 +13,16 @@ absl::Status BadField(const char* field, float value, const char* want) {
       absl::StrCat("optimizer.", field, " = ", value, ": ", want));
 }
 
+std::vector<std::string> SlotNames(const v1::OptimizerSpec& spec) {
+  if (spec.has_adamw()) return {"m", "v"};
+  if (spec.has_sgd() && spec.sgd().momentum() != 0) return {"momentum"};
+  return {};
+}
+
 }  // namespace
+
+Optimizer::Optimizer(const v1::OptimizerSpec& spec, Backend* backend)
+    : spec_(spec), backend_(backend), slot_names_(SlotNames(spec)) {}
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     const v1::OptimizerSpec& spec, Backend* backend) {
@@ -100,6 +109,46 @@ absl::Status Optimizer::Step(const std::vector<Param*>& params,
     }
     p->grad_fresh = true;
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> Optimizer::ExportSlots(
+    const Param& param) const {
+  std::vector<Tensor> out;
+  auto it = state_.find(&param);
+  if (it == state_.end()) return out;
+  // Slot order: m holds "momentum" (SGD) or "m" (AdamW), v holds "v".
+  for (const Tensor* slot : {&it->second.m, &it->second.v}) {
+    if (out.size() == slot_names_.size()) break;
+    ASSIGN_OR_RETURN(Tensor host, ToHost(backend_, *slot));
+    out.push_back(std::move(host));
+  }
+  return out;
+}
+
+absl::Status Optimizer::ImportSlots(const Param& param,
+                                    const std::vector<Tensor>& host) {
+  if (host.empty()) {
+    state_.erase(&param);
+    return absl::OkStatus();
+  }
+  if (host.size() != slot_names_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(param.name, ": the optimizer keeps ", slot_names_.size(),
+                     " state tensors per parameter, got ", host.size()));
+  }
+  State state;
+  for (size_t i = 0; i < host.size(); ++i) {
+    if (host[i].shape() != param.value.shape()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(param.name, ": optimizer slot ", slot_names_[i],
+                       " has shape ", ShapeToString(host[i].shape()),
+                       ", the parameter ", ShapeToString(param.value.shape())));
+    }
+    ASSIGN_OR_RETURN(Tensor device, ToDevice(backend_, host[i]));
+    (i == 0 ? state.m : state.v) = std::move(device);
+  }
+  state_[&param] = std::move(state);
   return absl::OkStatus();
 }
 

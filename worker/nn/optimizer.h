@@ -4,6 +4,7 @@
 #define PIPETRAIN_WORKER_NN_OPTIMIZER_H_
 
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -32,17 +33,35 @@ class Optimizer {
   int64_t steps() const { return steps_; }
   float clip_grad_norm() const { return spec_.clip_grad_norm(); }
 
+  // Checkpoint support. The per-parameter state tensors ("slots") this
+  // optimizer keeps, each of its parameter's shape: "momentum" for SGD with
+  // momentum, "m" and "v" (first and second moments) for AdamW, none for
+  // plain SGD.
+  const std::vector<std::string>& slot_names() const { return slot_names_; }
+  // Host copies of `param`'s slots in slot_names() order, in the param's
+  // own layout; empty while it has no state (never updated, or fresh).
+  absl::StatusOr<std::vector<Tensor>> ExportSlots(const Param& param) const;
+  // Replaces `param`'s state with host tensors in slot_names() order (the
+  // param's own layout); an empty vector drops it (fresh state, as before
+  // the first update). InvalidArgument naming the param for a wrong count
+  // or shape.
+  absl::Status ImportSlots(const Param& param, const std::vector<Tensor>& host);
+  // Sets the step count (Adam's bias correction depends on it).
+  void set_steps(int64_t steps) { steps_ = steps; }
+
  private:
   struct State {
     Tensor m;
     Tensor v;
   };
-  Optimizer(const v1::OptimizerSpec& spec, Backend* backend)
-      : spec_(spec), backend_(backend) {}
+  Optimizer(const v1::OptimizerSpec& spec, Backend* backend);
   absl::StatusOr<State*> StateFor(Param* param, bool needs_v);
 
+  // Constant after construction.
   const v1::OptimizerSpec spec_;
   Backend* const backend_;  // borrowed
+  const std::vector<std::string> slot_names_;
+
   std::unordered_map<const Param*, State> state_;
   int64_t steps_ = 0;
 };

@@ -5,6 +5,7 @@
 
 #include "common/proto_json.h"
 #include "gtest/gtest.h"
+#include "spec/test_model_specs.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/nn/model.h"
 
@@ -23,24 +24,7 @@ absl::Status InMemoryLink::Send(StageMessage message) {
 
 v1::TrainingSpec SmallMlpSpec(int64_t m, bool remat) {
   v1::TrainingSpec spec;
-  const absl::Status status = ParseJson(R"({
-    "model": {
-      "inputKind": "INPUT_KIND_FLOAT", "inputShape": [12],
-      "loss": "LOSS_KIND_SOFTMAX_CROSS_ENTROPY",
-      "layers": [
-        {"linear": {"inFeatures": 12, "outFeatures": 32}},
-        {"gelu": {}},
-        {"dropout": {"rate": 0.1}},
-        {"layerNorm": {"features": 32}},
-        {"linear": {"inFeatures": 32, "outFeatures": 16}},
-        {"relu": {}},
-        {"linear": {"inFeatures": 16, "outFeatures": 4}}
-      ]},
-    "data": {"synthetic": {"features": 12, "classes": 4,
-                           "trainSamples": 1024, "evalSamples": 64}},
-    "optimizer": {"sgd": {"lr": 0.1, "momentum": 0.9}, "clipGradNorm": 0.5},
-    "batchSize": 32, "steps": 6, "seed": 11})",
-                                        &spec);
+  const absl::Status status = ParseJson(test_specs::kSmallMlpTraining, &spec);
   EXPECT_TRUE(status.ok()) << status;
   spec.set_micro_batches(m);
   spec.set_rematerialize(remat);
@@ -50,7 +34,7 @@ v1::TrainingSpec SmallMlpSpec(int64_t m, bool remat) {
 Pipeline BuildPipeline(const v1::TrainingSpec& spec,
                        const std::vector<int>& cuts,
                        v1::ScheduleKindProto schedule, bool vertical_sync,
-                       const StageOptions& options) {
+                       const StageOptions& options, const ConfigEdit& edit) {
   Pipeline p;
   std::vector<int> bounds = {0};
   bounds.insert(bounds.end(), cuts.begin(), cuts.end());
@@ -68,6 +52,7 @@ Pipeline BuildPipeline(const v1::TrainingSpec& spec,
     config.set_vertical_sync(vertical_sync);
     if (s + 1 < k) config.set_downstream("in-memory");
     config.set_recv_timeout_s(30);
+    if (edit != nullptr) edit(&config);
     p.backends.push_back(CreateCpuBackend(1));
     auto stage = StageExecutor::Create(config, p.backends.back().get(), nullptr,
                                        options);
@@ -85,7 +70,8 @@ Pipeline BuildPipeline(const v1::TrainingSpec& spec,
 }
 
 Pipeline BuildInterleaved(const v1::TrainingSpec& spec, int k, int v,
-                          const std::vector<int>& cuts, bool with_links) {
+                          const std::vector<int>& cuts, bool with_links,
+                          const ConfigEdit& edit) {
   Pipeline p;
   std::vector<int> bounds = {0};
   bounds.insert(bounds.end(), cuts.begin(), cuts.end());
@@ -106,6 +92,7 @@ Pipeline BuildInterleaved(const v1::TrainingSpec& spec, int k, int v,
     }
     config.set_downstream("in-memory");
     config.set_recv_timeout_s(30);
+    if (edit != nullptr) edit(&config);
     p.backends.push_back(CreateCpuBackend(1));
     auto stage = StageExecutor::Create(config, p.backends.back().get());
     EXPECT_TRUE(stage.ok()) << stage.status();

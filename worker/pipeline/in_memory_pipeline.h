@@ -4,6 +4,7 @@
 #ifndef PIPETRAIN_WORKER_PIPELINE_IN_MEMORY_PIPELINE_H_
 #define PIPETRAIN_WORKER_PIPELINE_IN_MEMORY_PIPELINE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,6 +33,9 @@ class InMemoryLink : public StageLink {
 // 0.5, 6 steps.
 v1::TrainingSpec SmallMlpSpec(int64_t m, bool remat);
 
+// Changes a stage's config before it is built (start step, restore, ...).
+using ConfigEdit = std::function<void(v1::StageConfig*)>;
+
 struct Pipeline {
   std::vector<std::unique_ptr<Backend>> backends;
   std::vector<std::unique_ptr<StageExecutor>> stages;
@@ -42,14 +46,16 @@ Pipeline BuildPipeline(const v1::TrainingSpec& spec,
                        const std::vector<int>& cuts,
                        v1::ScheduleKindProto schedule = v1::SCHEDULE_GPIPE,
                        bool vertical_sync = false,
-                       const StageOptions& options = {});
+                       const StageOptions& options = {},
+                       const ConfigEdit& edit = nullptr);
 
 // Interleaved 1F1B: the model is cut at `cuts` into K * v virtual stages;
 // worker s holds chunks c = 0..v-1, virtual stage c * K + s. Each worker's
 // downstream is the next worker (the last one's wraps to worker 0), its
 // upstream the previous one (worker 0's is the last); K = 1 links to itself.
 Pipeline BuildInterleaved(const v1::TrainingSpec& spec, int k, int v,
-                          const std::vector<int>& cuts, bool with_links = true);
+                          const std::vector<int>& cuts, bool with_links = true,
+                          const ConfigEdit& edit = nullptr);
 
 // Trains every stage to `steps` and waits; the first failure.
 absl::Status TrainAll(Pipeline& p, int64_t steps);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spec/model_spec.h"
+#include "spec/size_limits.h"
 #include "worker/compute/elementwise_math.h"
 #include "worker/nn/model.h"
 
@@ -14,6 +15,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int kMaxProfileRepetitions = 100;
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -21,8 +24,9 @@ double Median(std::vector<double> v) {
 
 // A deterministic input for layer `index`: token ids below the vocabulary
 // for an embedding, values in [-1, 1) otherwise.
-Tensor ProfileInput(const v1::ModelSpec& spec, int index, const Shape& shape) {
-  Tensor t = Tensor::Host(shape);
+absl::StatusOr<Tensor> ProfileInput(const v1::ModelSpec& spec, int index,
+                                    const Shape& shape) {
+  ASSIGN_OR_RETURN(Tensor t, Tensor::TryHost(shape));
   const auto& layer = spec.layers(index);
   for (int64_t i = 0; i < t.numel(); ++i) {
     t.f32()[i] =
@@ -39,6 +43,28 @@ const char* LayerKind(const v1::LayerSpec& layer) {
   return field == nullptr ? "?" : field->name().c_str();
 }
 
+// A request's sizes, checked before anything is allocated: the batch and
+// every layer's activation of it within the spec limits, and a bounded
+// number of repetitions (each holds the worker's control thread).
+absl::Status CheckProfileSizes(const std::vector<Shape>& shapes, int64_t batch,
+                               int repetitions) {
+  if (batch > kMaxBatchSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch: ", batch, " exceeds the limit of ", kMaxBatchSize));
+  }
+  if (repetitions > kMaxProfileRepetitions) {
+    return absl::InvalidArgumentError(absl::StrCat("repetitions: ", repetitions,
+                                                   " exceeds the limit of ",
+                                                   kMaxProfileRepetitions));
+  }
+  for (const Shape& sample : shapes) {
+    Shape rows = {batch};
+    rows.insert(rows.end(), sample.begin(), sample.end());
+    RETURN_IF_ERROR(CheckedElements(rows, "a profiled activation").status());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
@@ -51,6 +77,7 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
         1, spec.batch_size() / std::max<int64_t>(1, spec.micro_batches()));
   }
   if (repetitions <= 0) repetitions = 3;
+  RETURN_IF_ERROR(CheckProfileSizes(shapes, batch, repetitions));
   v1::ProfileResponse out;
   out.set_device(backend->Describe());
   for (int i = 0; i < spec.model().layers_size(); ++i) {
@@ -59,8 +86,8 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
         Model::Build(spec.model(), i, i + 1, backend, spec.seed()));
     Shape in = {batch};
     in.insert(in.end(), shapes[i].begin(), shapes[i].end());
-    ASSIGN_OR_RETURN(Tensor x,
-                     ToDevice(backend, ProfileInput(spec.model(), i, in)));
+    ASSIGN_OR_RETURN(Tensor host_x, ProfileInput(spec.model(), i, in));
+    ASSIGN_OR_RETURN(Tensor x, ToDevice(backend, host_x));
     std::vector<double> fwd, bwd;
     int64_t out_bytes = 0;
     for (int rep = 0; rep <= repetitions; ++rep) {

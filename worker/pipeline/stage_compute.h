@@ -83,6 +83,8 @@ class StageCompute {
   StagePort* port() const { return port_; }
   int num_chunks() const { return static_cast<int>(models_.size()); }
   const std::vector<std::unique_ptr<Model>>& models() const { return models_; }
+  // The one optimizer of every chunk's parameters.
+  Optimizer* optimizer() const { return optimizer_.get(); }
   SoftmaxCrossEntropyLoss* loss() const { return loss_.get(); }  // last stage
   StageInput* input() const { return input_.get(); }             // stage 0
   bool is_first() const { return config_.stage() == 0; }

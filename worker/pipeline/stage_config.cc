@@ -1,11 +1,13 @@
 #include "worker/pipeline/stage_config.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spec/training_spec.h"
 #include "spec/vocabulary.h"
+#include "worker/data/data_access.h"
 #include "worker/nn/model.h"
 
 namespace pipetrain {
@@ -101,13 +103,15 @@ absl::StatusOr<std::vector<Tensor>> DecodeInitialWeights(
             "config.initial_weights: ", t.name(), " has a negative dimension"));
       }
     }
-    if (t.dtype() != v1::DTYPE_F32 ||
-        t.data().size() != NumElements(shape) * sizeof(float)) {
+    const std::optional<int64_t> n = CheckedNumElements(shape);
+    if (t.dtype() != v1::DTYPE_F32 || !n.has_value() ||
+        CheckedMul(*n, sizeof(float)) !=
+            std::optional<int64_t>(static_cast<int64_t>(t.data().size()))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "config.initial_weights: ", t.name(),
           " must be float32 with as many bytes as its shape needs"));
     }
-    Tensor host = Tensor::Host(shape);
+    ASSIGN_OR_RETURN(Tensor host, Tensor::TryHost(shape));
     std::copy(t.data().begin(), t.data().end(), static_cast<char*>(host.raw()));
     weights.push_back(host);
   }
@@ -136,8 +140,29 @@ absl::StatusOr<StageSetup> DecodeStageConfig(const v1::StageConfig& config) {
   setup.two_bw = params.kind == ScheduleKind::kTwoBW;
   setup.per_micro_batch_update = params.kind == ScheduleKind::kOneFOneBAsync;
   setup.lookback = StepLookback(params, config.stage());
+  if (config.restore_expected() && config.initial_weights_size() > 0) {
+    return absl::InvalidArgumentError(
+        "config.initial_weights: not with restore_expected (the weights come "
+        "from RestoreState)");
+  }
   ASSIGN_OR_RETURN(setup.initial_weights, DecodeInitialWeights(config));
   return setup;
+}
+
+absl::Status ValidateStageConfig(const v1::StageConfig& config) {
+  ASSIGN_OR_RETURN(const StageSetup setup, DecodeStageConfig(config));
+  const int layers = config.spec().model().layers_size();
+  for (const LayerSpan& span : setup.spans) {
+    if (span.begin < 0 || span.begin >= span.end || span.end > layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.layer_begin / layer_end: [", span.begin, ", ", span.end,
+          ") is not a layer range of the model's ", layers, " layers"));
+    }
+  }
+  if (config.stage() == 0) {
+    RETURN_IF_ERROR(CheckDatasetFiles(config.spec().data()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pipetrain

@@ -47,6 +47,13 @@ struct StageSetup {
 // decodes it.
 absl::StatusOr<StageSetup> DecodeStageConfig(const v1::StageConfig& config);
 
+// Everything a worker can check about `config` without building it: the
+// decode above, the layer ranges against the model, and (stage 0) the
+// dataset's files against the data access policy. A worker runs this
+// before it touches a running stage, so a rejected config leaves the
+// running job as it was.
+absl::Status ValidateStageConfig(const v1::StageConfig& config);
+
 // The layer ranges of a stage's model chunks: config.chunks for the
 // interleaved schedule, else the one [layer_begin, layer_end).
 absl::StatusOr<std::vector<LayerSpan>> ChunkSpans(

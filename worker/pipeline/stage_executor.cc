@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -25,7 +26,10 @@ StageExecutor::StageExecutor(const v1::StageConfig& config,
                              StageMetrics* metrics)
     : metrics_(metrics),
       port_(config.recv_timeout_s(), metrics),
-      trace_(config.stage()) {}
+      trace_(config.stage()),
+      snapshots_(config.spec().checkpoint_every(), config.start_step()),
+      boundary_(config.restore_expected() ? -1 : config.start_step()),
+      awaiting_restore_(config.restore_expected()) {}
 
 StageExecutor::~StageExecutor() { Stop(); }
 
@@ -44,6 +48,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
     inputs.push_back(model->input_shape());
     outputs.push_back(model->output_shape());
   }
+  stage->state_layout_ = StageStateLayout(*stage->compute_);
   stage->incoming_ = std::make_unique<IncomingCheck>(
       stage->compute_->setup(), stage->is_first(), stage->is_last(),
       std::move(inputs), std::move(outputs));
@@ -76,11 +81,23 @@ absl::Status StageExecutor::ValidateIncoming(const StageMessage& msg) const {
   return incoming_->Check(msg, steps, evaluations);
 }
 
+absl::Status StageExecutor::ValidateIncomingShape(
+    const StageMessage& outline) const {
+  const StepWindow any = {std::numeric_limits<int64_t>::min(),
+                          std::numeric_limits<int64_t>::max()};
+  return incoming_->Check(outline, any, any);
+}
+
 absl::StatusOr<int64_t> StageExecutor::Train(int64_t until_step) {
   absl::MutexLock lock(&mu_);
   if (state_ == v1::STAGE_STATE_FAILED) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the stage failed: ", error_.ToString(), "; configure it again"));
+  }
+  if (awaiting_restore_) {
+    return absl::FailedPreconditionError(
+        "the stage waits for its state: RestoreState first (the config has "
+        "restore_expected)");
   }
   if (needs_downstream() && !port_.has_downstream()) {
     return absl::FailedPreconditionError("no link to the downstream stage");
@@ -139,6 +156,11 @@ void StageExecutor::Loop() {
   StartRun();
   absl::Status status;
   while (true) {
+    if (status.ok() && next_step_.load() >= until_step_.load()) {
+      // The run may end at this boundary: a snapshot due here is taken
+      // before DONE is published.
+      status = SnapshotAtRest();
+    }
     {
       // Deciding to end and publishing the end under one lock: a Train that
       // sees RUNNING has moved a target this loop will still read.
@@ -167,6 +189,12 @@ void StageExecutor::Loop() {
                       << config().job_id() << " failed at step " << step << ": "
                       << status;
     }
+  }
+  // Snapshot requests that came while the run was ending (see Snapshot).
+  if (status.ok()) status = SnapshotAtRest();
+  if (!status.ok()) {
+    PT_LOG(WARNING) << "stage " << config().stage() << " of job "
+                    << config().job_id() << ": " << status;
   }
 }
 
@@ -275,6 +303,8 @@ absl::Status StageExecutor::RunCrossStep(StepState* current) {
 
 absl::Status StageExecutor::RunStep(int64_t step) {
   absl::MutexLock compute(&compute_mu_);
+  RETURN_IF_ERROR(SnapshotAt(step, /*entering=*/true));
+  boundary_ = -1;  // the weights move during the step
   const auto start = Clock::now();
   const StageSetup& setup = compute_->setup();
   const int m = setup.params.micro_batches;
@@ -304,6 +334,59 @@ absl::Status StageExecutor::RunStep(int64_t step) {
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
     it = it->second->pending <= 0 ? in_flight_.erase(it) : std::next(it);
   }
+  boundary_ = step + 1;
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::SnapshotAt(int64_t step, bool entering) {
+  return snapshots_.AtBoundary(step, entering, [this, step] {
+    return CaptureStageState(*compute_, step);
+  });
+}
+
+absl::Status StageExecutor::SnapshotAtRest() {
+  absl::MutexLock compute(&compute_mu_);
+  if (boundary_ < 0) return absl::OkStatus();
+  return SnapshotAt(boundary_, /*entering=*/false);
+}
+
+absl::StatusOr<int64_t> StageExecutor::Snapshot(int64_t step) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == v1::STAGE_STATE_FAILED) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the stage failed: ", error_.ToString(), "; configure it again"));
+    }
+  }
+  ASSIGN_OR_RETURN(const int64_t at, snapshots_.Request(step));
+  {
+    absl::MutexLock lock(&mu_);
+    // A running stage takes it at that boundary, or at the end of its run
+    // (the loop checks again after publishing that the run ended).
+    if (state_ == v1::STAGE_STATE_RUNNING) return at;
+  }
+  RETURN_IF_ERROR(SnapshotAtRest());
+  return at;
+}
+
+absl::Status StageExecutor::RestoreState(const TrainingState& state) {
+  absl::MutexLock compute(&compute_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!config().restore_expected()) {
+      return absl::FailedPreconditionError(
+          "the stage was not configured to restore its state (set "
+          "restore_expected in its config)");
+    }
+    if (state_ != v1::STAGE_STATE_CONFIGURED) {
+      return absl::FailedPreconditionError(
+          "the stage has trained: restore right after Configure");
+    }
+  }
+  RETURN_IF_ERROR(RestoreStageState(state, compute_.get()));
+  boundary_ = config().start_step();
+  absl::MutexLock lock(&mu_);
+  awaiting_restore_ = false;
   return absl::OkStatus();
 }
 
@@ -368,6 +451,10 @@ absl::StatusOr<v1::EvalResult> StageExecutor::Evaluate(int64_t max_samples) {
     if (state_ == v1::STAGE_STATE_FAILED) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the stage failed: ", error_.ToString(), "; configure it again"));
+    }
+    if (awaiting_restore_) {
+      return absl::FailedPreconditionError(
+          "the stage waits for its state: RestoreState first");
     }
   }
   return RunEvaluation(max_samples);

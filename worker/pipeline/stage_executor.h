@@ -29,6 +29,12 @@
 // warms up again for the next one, exactly as if the run had paused and
 // resumed there (so 2BW's first two steps after it share a version).
 //
+// Checkpoints: the stage snapshots its state at step boundaries (every
+// TrainingSpec.checkpoint_every steps, and on request) into host memory on
+// the training thread, and streams it out later (stage_snapshot.h). A stage
+// configured with restore_expected loads its state (RestoreState) before it
+// may train.
+//
 // Thread-safety: public methods are thread-safe. The training thread owns
 // the compute state while a step or an evaluation runs (compute_mu_);
 // Weights() and Evaluate() wait for the step in progress to end.
@@ -53,6 +59,7 @@
 #include "worker/pipeline/stage_compute.h"
 #include "worker/pipeline/stage_metrics.h"
 #include "worker/pipeline/stage_port.h"
+#include "worker/pipeline/stage_snapshot.h"
 #include "worker/pipeline/stage_state.h"
 #include "worker/pipeline/stage_trace.h"
 
@@ -97,6 +104,11 @@ class StageExecutor {
   void SetUpstream(std::shared_ptr<StageLink> link) {
     port_.SetUpstream(std::move(link));
   }
+  // Sets the upstream link unless the stage has a live one (then false):
+  // for streams, which must never displace the link a job runs on.
+  bool SetUpstreamIfNone(std::shared_ptr<StageLink> link) {
+    return port_.SetUpstreamIfNone(std::move(link));
+  }
   // Drops the upstream link if it is still `link`.
   void ClearUpstream(const StageLink* link) { port_.ClearUpstream(link); }
 
@@ -104,6 +116,10 @@ class StageExecutor {
   // (or evaluation pass), micro-batch, chunk, tensor count, shapes and
   // dtypes (float32). InvalidArgument says what is wrong.
   absl::Status ValidateIncoming(const StageMessage& message) const;
+  // The same checks but the step window, for a message whose frames are
+  // still to come (the window moves while they arrive); `outline`'s
+  // tensors need no storage. Run before the message is allocated.
+  absl::Status ValidateIncomingShape(const StageMessage& outline) const;
 
   // Trains steps next_step() .. until_step - 1 on the training thread and
   // returns at once with the target in force. While a run is in progress it
@@ -129,6 +145,25 @@ class StageExecutor {
   // GetStatus().evaluations, with step = next_step()); the others return an
   // empty result. FailedPrecondition while training or after a failure.
   absl::StatusOr<v1::EvalResult> Evaluate(int64_t max_samples);
+
+  // Asks for a snapshot of the state at the boundary before `step` and
+  // returns `step`. A training stage takes it when it gets there (or ends
+  // its run there); an idle one at that boundary takes it now. Errors as
+  // StageSnapshots::Request (FailedPrecondition once past `step`), and
+  // FailedPrecondition after a failure.
+  absl::StatusOr<int64_t> Snapshot(int64_t step);
+  // The snapshot of the boundary before `step`; NotFound when none is held.
+  absl::StatusOr<std::shared_ptr<const StageStateSnapshot>> FetchSnapshot(
+      int64_t step) const {
+    return snapshots_.Find(step);
+  }
+  // Loads the stage's parameters and optimizer state (RestoreStageState)
+  // into a stage configured with restore_expected that has not trained;
+  // until it succeeds Train and Evaluate answer FailedPrecondition. Waits
+  // for an evaluation in progress.
+  absl::Status RestoreState(const TrainingState& state);
+  // The tensors the stage's state consists of (names, checkpoint shapes).
+  const StateLayout& state_layout() const { return state_layout_; }
 
   v1::GetStatusResponse GetStatus(int64_t results_since) const;
   // The pipeline trace: one event per instruction run in steps >=
@@ -183,6 +218,11 @@ class StageExecutor {
   // Publishes a finished step's result, timings and metrics.
   void FinishStep(const StepState& state, double seconds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
+  // Snapshots the boundary before `step` when it is wanted (StageSnapshots).
+  absl::Status SnapshotAt(int64_t step, bool entering)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
+  // Between runs: snapshots the boundary the weights are at, if wanted.
+  absl::Status SnapshotAtRest() ABSL_LOCKS_EXCLUDED(compute_mu_);
   // Runs one evaluation pass (compute_mu_ held) and records its result.
   absl::StatusOr<v1::EvalResult> RunEvaluation(int64_t max_samples)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mu_);
@@ -192,7 +232,9 @@ class StageExecutor {
   StagePort port_;               // thread-safe
   std::unique_ptr<StageCompute> compute_;
   std::unique_ptr<const IncomingCheck> incoming_;
-  StageTrace trace_;  // thread-safe
+  StageTrace trace_;          // thread-safe
+  StageSnapshots snapshots_;  // thread-safe
+  StateLayout state_layout_;
 
   // Owned by the thread holding compute_mu_ (the training thread while a
   // run lasts): compute_ and the following.
@@ -205,6 +247,9 @@ class StageExecutor {
   int64_t steps_in_run_ ABSL_GUARDED_BY(compute_mu_) = 0;
   // 2BW: the version the last step used.
   int64_t two_bw_version_ ABSL_GUARDED_BY(compute_mu_) = 0;
+  // The step whose boundary the weights are at (the next to run); -1 while
+  // a step runs, after a failed one, and before an expected restore.
+  int64_t boundary_ ABSL_GUARDED_BY(compute_mu_);
 
   std::atomic<int64_t> next_step_{0};
   std::atomic<int64_t> until_step_{0};
@@ -218,6 +263,8 @@ class StageExecutor {
   // Stage 0: the lowest target the run can still honour.
   int64_t committed_until_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  // Configured with restore_expected and not restored yet.
+  bool awaiting_restore_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::EvalResult> evaluations_ ABSL_GUARDED_BY(mu_);
   StageTimings timings_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/pipeline/profiler.h"
+#include "worker/pipeline/stage_config.h"
 
 namespace pipetrain {
 
@@ -38,6 +39,12 @@ void StageHost::DropCurrent() {
   }
 }
 
+std::string StageHost::UpstreamIdentity() const {
+  absl::MutexLock lock(&mu_);
+  return executor_ == nullptr ? std::string()
+                              : executor_->config().upstream_identity();
+}
+
 absl::StatusOr<std::shared_ptr<StageExecutor>> StageHost::Executor(
     const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
@@ -55,6 +62,9 @@ absl::StatusOr<std::shared_ptr<StageExecutor>> StageHost::Executor(
 
 absl::StatusOr<v1::ConfigureResponse> StageHost::Configure(
     const v1::StageConfig& config) {
+  // Everything checkable is checked before the running stage is touched: a
+  // rejected Configure leaves the job running.
+  RETURN_IF_ERROR(ValidateStageConfig(config));
   DropCurrent();
   ASSIGN_OR_RETURN(std::unique_ptr<StageExecutor> created,
                    StageExecutor::Create(config, backend_.get(), metrics_));
@@ -121,6 +131,7 @@ std::optional<v1::StageReport> StageHost::Report(int64_t results_since) const {
   v1::StageReport report;
   report.set_job_id(executor->config().job_id());
   report.set_stage(executor->config().stage());
+  report.set_attempt(executor->config().attempt());
   *report.mutable_status() = executor->GetStatus(results_since);
   return report;
 }
@@ -149,6 +160,51 @@ absl::StatusOr<v1::EvaluateStageResponse> StageHost::Evaluate(
   v1::EvaluateStageResponse response;
   // Only the last stage computes a result; the others return an empty one.
   ASSIGN_OR_RETURN(*response.mutable_result(), executor->Evaluate(max_samples));
+  return response;
+}
+
+absl::StatusOr<int64_t> StageHost::Snapshot(const std::string& job_id,
+                                            int64_t step) {
+  ASSIGN_OR_RETURN(std::shared_ptr<StageExecutor> executor, Executor(job_id));
+  return executor->Snapshot(step);
+}
+
+absl::StatusOr<std::shared_ptr<const StageStateSnapshot>>
+StageHost::FetchSnapshot(const std::string& job_id, int64_t step) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<StageExecutor> executor, Executor(job_id));
+  return executor->FetchSnapshot(step);
+}
+
+absl::StatusOr<std::unique_ptr<StateAssembler>> StageHost::StartRestore(
+    const std::string& job_id) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<StageExecutor> executor, Executor(job_id));
+  return std::make_unique<StateAssembler>(job_id, executor->state_layout());
+}
+
+absl::StatusOr<v1::RestoreStateResponse> StageHost::RestoreState(
+    const std::string& job_id, const TrainingState& state) {
+  std::shared_ptr<StageExecutor> executor;
+  if (job_id.empty()) {
+    absl::MutexLock lock(&mu_);
+    executor = executor_;
+    if (executor == nullptr) {
+      return absl::FailedPreconditionError(
+          "this worker has no stage configured (call Configure first)");
+    }
+  } else {
+    ASSIGN_OR_RETURN(executor, Executor(job_id));
+  }
+  RETURN_IF_ERROR(executor->RestoreState(state));
+  v1::RestoreStateResponse response;
+  int64_t loaded = 0;
+  for (const auto& [name, tensor] : state.tensors) {
+    loaded += executor->state_layout().tensors().count(name);
+  }
+  response.set_tensors(loaded);
+  PT_LOG(INFO) << "restored stage " << executor->config().stage() << " of job "
+               << executor->config().job_id() << ": " << loaded
+               << " tensors, optimizer steps " << state.optimizer_steps
+               << ", next step " << executor->next_step();
   return response;
 }
 

@@ -30,6 +30,8 @@
 #include "worker/pipeline/mailbox.h"
 #include "worker/pipeline/stage_executor.h"
 #include "worker/pipeline/stage_metrics.h"
+#include "worker/pipeline/stage_snapshot.h"
+#include "worker/pipeline/state_stream.h"
 
 namespace pipetrain {
 
@@ -65,8 +67,10 @@ class StageHost {
   void Shutdown();
 
   // Replaces the current stage (stopping it) with one built from `config`;
-  // what the stage looks like on success. InvalidArgument naming the field
-  // for a bad config (the worker then hosts no stage).
+  // what the stage looks like on success. A config that fails
+  // ValidateStageConfig (InvalidArgument naming the field, or the data
+  // policy's error) is refused with the current stage untouched; one that
+  // fails later, while building, leaves the worker with no stage.
   absl::StatusOr<v1::ConfigureResponse> Configure(
       const v1::StageConfig& config);
   // Trains job `job_id`'s stage until `until_step` (see
@@ -91,6 +95,25 @@ class StageHost {
   // Train.
   absl::StatusOr<v1::EvaluateStageResponse> Evaluate(const std::string& job_id,
                                                      int64_t max_samples);
+  // Checkpoints. Asks job `job_id`'s stage for a snapshot at the boundary
+  // before `step` (StageExecutor::Snapshot); may wait for an evaluation in
+  // progress.
+  absl::StatusOr<int64_t> Snapshot(const std::string& job_id, int64_t step);
+  // The stage's snapshot of that boundary (NotFound when none is held).
+  absl::StatusOr<std::shared_ptr<const StageStateSnapshot>> FetchSnapshot(
+      const std::string& job_id, int64_t step) const;
+  // A RestoreState stream's reassembler, checking chunks against job
+  // `job_id`'s stage (cheap: for a stream's first chunk).
+  absl::StatusOr<std::unique_ptr<StateAssembler>> StartRestore(
+      const std::string& job_id) const;
+  // Loads a reassembled state into job `job_id`'s stage
+  // (StageExecutor::RestoreState) and says how many of its tensors it
+  // loaded. An empty `job_id` (a stream without any chunk) means the
+  // current stage, which accepts an empty state only when it holds no
+  // parameters. Waits for the stage's compute.
+  absl::StatusOr<v1::RestoreStateResponse> RestoreState(
+      const std::string& job_id, const TrainingState& state);
+
   // Times the request's model layer by layer on this worker's backend.
   // FailedPrecondition while a stage trains (the timings would be wrong and
   // would slow the step).
@@ -102,6 +125,9 @@ class StageHost {
   // which delivers its messages to the executor directly.
   absl::StatusOr<std::shared_ptr<StageExecutor>> Executor(
       const std::string& job_id) const;
+  // The identity the current stage accepts an Exchange stream from
+  // (StageConfig.upstream_identity); empty without a stage or upstream.
+  std::string UpstreamIdentity() const;
   StageMetrics* metrics() const { return metrics_; }
   const Backend& backend() const { return *backend_; }
 

@@ -171,12 +171,14 @@ TEST(StageHostTest, ConfigureDescribesTheStageAndReplacesThePreviousOne) {
   EXPECT_EQ(report->job_id(), "b");
   EXPECT_EQ(report->status().state(), v1::STAGE_STATE_CONFIGURED);
 
-  // A bad config leaves no stage behind.
+  // A bad config is refused before the current stage is touched.
   v1::StageConfig bad = OneStage("c");
   bad.set_layer_end(4);
   EXPECT_EQ(host.Configure(bad).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(host.Report(0).has_value());
+  report = host.Report(0);
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ(report->job_id(), "b");
 
   ASSERT_TRUE(host.Configure(OneStage("d")).ok());
   ASSERT_TRUE(host.Stop("d").ok());
@@ -263,6 +265,57 @@ TEST(StageHostTest, StageWithANextStageNeedsAnOpener) {
   ASSERT_TRUE(host.Configure(FirstOfTwo("next:7100")).ok());
   EXPECT_EQ(host.Train("job", 1).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(StageHostTest, ARefusedConfigureLeavesTheTrainingStageRunning) {
+  StageHost host(CreateCpuBackend(1), nullptr);
+  v1::StageConfig config = OneStage("job");
+  config.mutable_spec()->set_steps(1000000);
+  ASSERT_TRUE(host.Configure(config).ok());
+  ASSERT_TRUE(host.Train("job", 1000000).ok());
+  std::vector<v1::StageConfig> refused(4, OneStage("intruder"));
+  refused[0].set_layer_end(9);
+  refused[1].mutable_spec()->set_batch_size(1099511627776);
+  refused[2]
+      .mutable_spec()
+      ->mutable_model()
+      ->mutable_layers(0)
+      ->mutable_linear()
+      ->set_out_features(int64_t{1} << 40);
+  refused[3].mutable_spec()->mutable_data()->mutable_char_corpus()->add_files(
+      "/dev/zero");
+  refused[3].mutable_spec()->mutable_data()->mutable_char_corpus()->set_seq_len(
+      4);
+  for (const v1::StageConfig& bad : refused) {
+    EXPECT_EQ(host.Configure(bad).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad.spec().ShortDebugString();
+  }
+  const v1::GetStatusResponse status =
+      WaitFor(&host, "job",
+              [](const v1::GetStatusResponse& s) { return s.next_step() > 2; });
+  EXPECT_EQ(status.state(), v1::STAGE_STATE_RUNNING);
+  ASSERT_TRUE(host.Stop("job").ok());
+}
+
+TEST(StageHostTest, ProfileRefusesSizesBeforeAllocating) {
+  StageHost host(CreateCpuBackend(1), nullptr);
+  v1::ProfileRequest request;
+  *request.mutable_spec() = Spec();
+  request.set_batch(1099511627776);
+  absl::StatusOr<v1::ProfileResponse> profile = host.Profile(request);
+  EXPECT_EQ(profile.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(profile.status().message().find("1099511627776"), std::string::npos)
+      << profile.status();
+  request.set_batch(1 << 20);  // 2^20 rows x 2^12 features: 2^32 floats
+  request.mutable_spec()->mutable_model()->set_input_shape(0, 4096);
+  request.mutable_spec()
+      ->mutable_model()
+      ->mutable_layers(0)
+      ->mutable_linear()
+      ->set_in_features(4096);
+  profile = host.Profile(request);
+  EXPECT_EQ(profile.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(StageHostTest, ProfilesEveryLayerWhenIdle) {

@@ -25,7 +25,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "common/metrics.h"
+#include "common/metrics_registry.h"
 #include "worker/pipeline/mailbox.h"
 
 namespace pipetrain {

@@ -20,6 +20,13 @@ void StagePort::SetUpstream(std::shared_ptr<StageLink> link) {
   upstream_ = std::move(link);
 }
 
+bool StagePort::SetUpstreamIfNone(std::shared_ptr<StageLink> link) {
+  absl::MutexLock lock(&mu_);
+  if (upstream_ != nullptr) return false;
+  upstream_ = std::move(link);
+  return true;
+}
+
 void StagePort::ClearUpstream(const StageLink* link) {
   absl::MutexLock lock(&mu_);
   if (upstream_.get() == link) upstream_.reset();

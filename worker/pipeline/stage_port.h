@@ -33,6 +33,9 @@ class StagePort {
   void SetUpstream(std::shared_ptr<StageLink> link);
   // Drops the upstream link if it is still `link`.
   void ClearUpstream(const StageLink* link);
+  // Sets the upstream link unless one is live: false (and no change) when
+  // the stage already has one, so a second stream cannot displace it.
+  bool SetUpstreamIfNone(std::shared_ptr<StageLink> link);
   bool has_downstream() const;
 
   // Queue a message on a link; Unavailable when there is none or it broke.

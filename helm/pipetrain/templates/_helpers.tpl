@@ -83,3 +83,27 @@ Returns YAML; use with fromYaml.
 {{- $merged := mergeOverwrite (deepCopy $root.Values.worker) (deepCopy $pool) }}
 {{- toYaml $merged }}
 {{- end }}
+
+{{/* The Secret holding the CA and certificates. */}}
+{{- define "pipetrain.security.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "pipetrain.fullname" .)) .Values.security.tls.existingSecret }}
+{{- end }}
+
+{{/* The Secret holding the bearer tokens and the join token. */}}
+{{- define "pipetrain.security.tokensSecret" -}}
+{{- default (printf "%s-tokens" (include "pipetrain.fullname" .)) .Values.security.existingTokensSecret }}
+{{- end }}
+
+{{/* Security flags every pipetrain container takes: mutual TLS with the
+files in /pki (CERT is the file stem), or --insecure. */}}
+{{- define "pipetrain.security.tlsArgs" -}}
+{{- $root := index . 0 }}
+{{- $cert := index . 1 }}
+{{- if $root.Values.security.tls.enabled }}
+- --tls_cert=/pki/{{ $cert }}.crt
+- --tls_key=/pki/{{ $cert }}.key
+- --tls_ca=/pki/ca.crt
+{{- else }}
+- --insecure
+{{- end }}
+{{- end }}

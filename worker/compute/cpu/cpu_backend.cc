@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -34,13 +35,31 @@ absl::Status BadLabel(int64_t row, float label, int64_t classes) {
       "label ", label, " of row ", row, " is outside [0, ", classes, ")"));
 }
 
-// Memory comes from aligned_alloc (64-byte aligned for vector loads).
-std::shared_ptr<Storage> HostStorage(size_t bytes, bool zero) {
-  const size_t rounded = std::max<size_t>((bytes + 63) / 64 * 64, 64);
+// Memory comes from aligned_alloc (64-byte aligned for vector loads). A
+// shape whose size overflows, or memory the system will not give, is
+// ResourceExhausted: a job too large for this worker fails its call, and
+// the worker lives on.
+absl::StatusOr<Tensor> HostTensor(const Shape& shape, bool zero) {
+  const std::optional<int64_t> n = CheckedNumElements(shape);
+  const std::optional<int64_t> bytes =
+      n.has_value() ? CheckedMul(*n, sizeof(float)) : std::nullopt;
+  if (!bytes.has_value() || *bytes > (int64_t{1} << 62)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate a tensor of shape ", ShapeToString(shape)));
+  }
+  const size_t rounded =
+      std::max<size_t>((static_cast<size_t>(*bytes) + 63) / 64 * 64, 64);
   void* data = std::aligned_alloc(64, rounded);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of host memory allocating ", *bytes,
+                     " bytes for a tensor of shape ", ShapeToString(shape)));
+  }
   if (zero) std::memset(data, 0, rounded);
-  return std::make_shared<Storage>(data, bytes, Device::kCpu,
-                                   [](void* p, size_t) { std::free(p); });
+  return Tensor(
+      std::make_shared<Storage>(data, static_cast<size_t>(*bytes), Device::kCpu,
+                                [](void* p, size_t) { std::free(p); }),
+      shape);
 }
 
 class CpuBackend final : public Backend {
@@ -55,11 +74,10 @@ class CpuBackend final : public Backend {
   }
 
   absl::StatusOr<Tensor> Allocate(const Shape& shape) override {
-    return Tensor(HostStorage(NumElements(shape) * sizeof(float), true), shape);
+    return HostTensor(shape, /*zero=*/true);
   }
   absl::StatusOr<Tensor> AllocateUninitialized(const Shape& shape) override {
-    return Tensor(HostStorage(NumElements(shape) * sizeof(float), false),
-                  shape);
+    return HostTensor(shape, /*zero=*/false);
   }
   absl::Status CopyFromHost(const float* host, int64_t n, float* dst) override {
     return Copy(host, n, dst);

@@ -15,6 +15,19 @@ class CpuBackendTest : public ::testing::Test {
   std::unique_ptr<Backend> backend_ = CreateCpuBackend(2);
 };
 
+TEST_F(CpuBackendTest, AllocationsThatCannotBeHadAreResourceExhausted) {
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_EQ(backend_->Allocate({big, big}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(backend_->AllocateUninitialized({int64_t{1} << 62}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(backend_->Allocate({-2, 3}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  absl::StatusOr<Tensor> ok = backend_->Allocate({3, 5});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->numel(), 15);
+}
+
 TEST_F(CpuBackendTest, GemmMatchesNaiveProductForEveryTranspose) {
   const int m = 3, n = 4, k = 5;
   std::vector<float> a(m * k), b(k * n);

@@ -1,0 +1,226 @@
+// SchedulerCore's recovery of a running job whose worker was lost or whose
+// stage failed: stop every stage, put spare workers in the lost ones'
+// places (same partition) or re-plan on the workers left, then configure
+// every stage from the latest committed checkpoint (or step 0 with the
+// seeded initialization) and train on. A paused job is recovered the same
+// way and stays paused (its stages restored, waiting for ResumeJob). The
+// version ledger gets an explicit rollback; the job's event log says what
+// happened.
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "scheduler/job_events.h"
+#include "scheduler/plan_builder.h"
+#include "scheduler/recovery_plan.h"
+#include "scheduler/scheduler_core.h"
+#include "scheduler/stage_driver.h"
+
+namespace pipetrain {
+namespace {
+
+std::vector<std::pair<std::string, int>> Assignments(const v1::Plan& plan) {
+  std::vector<std::pair<std::string, int>> out;
+  for (const v1::PlannedStage& s : plan.stages()) {
+    out.emplace_back(s.worker_id(), s.stage());
+  }
+  return out;
+}
+
+}  // namespace
+
+void SchedulerCore::RecoverJob(const std::string& job_id,
+                               const std::string& why) {
+  v1::Job job;
+  v1::Plan old_plan;
+  {
+    absl::MutexLock lock(&mu_);
+    JobRecord* r = *jobs_.Find(job_id);
+    job = r->job;
+    old_plan = *r->plan;
+    // A retry keeps timing from the first loss.
+    if (r->recovering_since_ms == 0) r->recovering_since_ms = Now();
+    if (!r->recover_why.has_value()) {
+      AddJobEvent(&r->job, v1::JOB_EVENT_WORKER_LOST, why, Now(),
+                  {r->job.step(), r->job.committed_version(), 0});
+      jobs_.Save(*r);
+    }
+    r->recover_why.reset();
+  }
+  PT_LOG(WARNING) << job_id << ": " << why << "; recovering";
+  // A LOST worker is not called: on a real network its address may hang
+  // until the deadline, and recovery time counts.
+  std::vector<std::string> addresses = StageAddresses(job_id);
+  for (const v1::WorkerInfo& w : registry_.List()) {
+    if (w.state() != v1::WORKER_STATE_LOST) continue;
+    addresses.erase(
+        std::remove(addresses.begin(), addresses.end(), w.address()),
+        addresses.end());
+  }
+  StopStages(control_, addresses, job_id);
+  bool replanned = false;
+  absl::StatusOr<v1::Plan> plan = RepairPlan(job, old_plan, &replanned);
+  absl::StatusOr<ResumePoint> resume =
+      plan.ok() ? LoadResumePoint(job) : plan.status();
+  if (!resume.ok() && !absl::IsUnavailable(resume.status())) {
+    FailJob(
+        job_id,
+        absl::StrCat(why, "; could not recover: ", resume.status().ToString()));
+    return;
+  }
+  if (!resume.ok()) {
+    // Nothing to resume on yet (no worker free, a spare just taken): wait
+    // and try again; no restart is spent.
+    PT_LOG(WARNING) << job_id << " waits to recover: " << resume.status();
+    {
+      absl::MutexLock lock(&mu_);
+      (*jobs_.Find(job_id))->recover_why = why;
+    }
+    EndAction(job_id, std::nullopt);
+    return;
+  }
+  InstallRecoveryPlan(job_id, *plan, *resume, replanned,
+                      old_plan.stages_size());
+  if (recoveries_ != nullptr) recoveries_->Increment();
+  Flush();  // the plan and assignments are on disk before any stage moves
+  StageStart start;
+  start.step = resume->step;
+  start.info = resume->info;
+  start.attempt = job.attempt() + 1;  // InstallRecoveryPlan counted it
+  // A paused job's stages wait, restored, for ResumeJob.
+  start.train = job.state() != v1::JOB_STATE_PAUSED;
+  if (!resume->state.empty()) start.state = &resume->state;
+  absl::StatusOr<int64_t> total =
+      LaunchStages(control_, job_id, job.spec(), *plan,
+                   options_.stage_recv_timeout_seconds, start);
+  if (!total.ok()) {
+    absl::MutexLock lock(&mu_);
+    (*jobs_.Find(job_id))->recover_why =
+        absl::StrCat("could not restart: ", total.status().ToString());
+  } else if (!start.train) {
+    EndPausedRecovery(job_id);
+  }
+  EndAction(job_id, std::nullopt);
+}
+
+// A paused job completes no step until it is resumed: its recovery ends
+// once its stages hold the checkpoint again.
+void SchedulerCore::EndPausedRecovery(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  JobRecord* r = *jobs_.Find(job_id);
+  const double seconds = (Now() - r->recovering_since_ms) / 1000.0;
+  const int64_t version = r->job.committed_version();
+  AddJobEvent(&r->job, v1::JOB_EVENT_RECOVERED,
+              absl::StrCat("restored at step ", r->resume_step,
+                           " from version ", version, "; still paused"),
+              Now(), {r->resume_step, version, seconds});
+  if (recovery_seconds_ != nullptr) recovery_seconds_->Observe(seconds);
+  r->resume_step = -1;
+  r->recovering_since_ms = 0;
+  jobs_.Save(*r);
+}
+
+void SchedulerCore::RollBackToPlan(JobRecord* r, const v1::Plan& plan,
+                                   const ResumePoint& resume) {
+  v1::Job& job = r->job;
+  int64_t reached = job.step();
+  for (const v1::StageProgress& p : job.stages()) {
+    reached = std::max(reached, p.next_step());
+  }
+  v1::VersionRollback* rollback = job.add_rollbacks();
+  rollback->set_from_step(reached);
+  rollback->set_to_step(resume.step);
+  rollback->set_version(resume.version);
+  rollback->set_unix_ms(Now());
+  jobs_.SetPlan(r, plan);
+  job.set_attempt(job.attempt() + 1);
+  job.clear_stages();
+  job.set_step(resume.step);
+  job.set_committed_version(resume.version);
+  r->resume_step = resume.step;
+  r->unreachable_since_ms = 0;
+  r->snapshot_step = -1;
+  r->last_checkpoint_step = resume.step;
+  r->last_checkpoint_ms = Now();
+}
+
+void SchedulerCore::InstallRecoveryPlan(const std::string& job_id,
+                                        const v1::Plan& plan,
+                                        const ResumePoint& resume,
+                                        bool replanned, int old_stages) {
+  absl::MutexLock lock(&mu_);
+  JobRecord* r = *jobs_.Find(job_id);
+  v1::Job& job = r->job;
+  RollBackToPlan(r, plan, resume);
+  job.set_restarts(job.restarts() + 1);
+  if (replanned) {
+    AddJobEvent(
+        &job, v1::JOB_EVENT_REPLANNED,
+        absl::StrCat("re-planned from ", old_stages, " to ", plan.stages_size(),
+                     " stages: ", PlanSummary(plan)),
+        Now(), {resume.step, resume.version, 0});
+  }
+  r->resuming_after_growth = false;
+  PT_LOG(INFO) << job_id << " resumes at step " << resume.step << " from "
+               << resume.source << " (restart " << job.restarts() << " of "
+               << MaxRestarts(job.spec()) << ")";
+  jobs_.Save(*r);
+}
+
+absl::StatusOr<v1::Plan> SchedulerCore::RepairPlan(const v1::Job& job,
+                                                   const v1::Plan& old,
+                                                   bool* replanned) {
+  std::map<std::string, v1::WorkerInfo> workers;
+  for (v1::WorkerInfo& w : registry_.List()) workers[w.id()] = std::move(w);
+  const std::vector<int> lost = LostStages(old, workers, job.id());
+  std::vector<v1::WorkerInfo> spares =
+      registry_.Idle(job.spec().worker_selector());
+  std::optional<v1::Plan> plan = WithSpares(old, lost, spares);
+  if (!plan.has_value()) {
+    // Too few spares: every worker the job still has, and every spare.
+    for (int s = 0; s < old.stages_size(); ++s) {
+      if (std::find(lost.begin(), lost.end(), s) != lost.end()) continue;
+      spares.push_back(workers[old.stages(s).worker_id()]);
+    }
+    if (spares.empty()) {
+      return absl::UnavailableError("no worker is left to run the job");
+    }
+    ASSIGN_OR_RETURN(plan, Replan(job, std::move(spares)));
+    *replanned = true;
+  }
+  const absl::Status assigned =
+      registry_.AssignJob(job.id(), Assignments(*plan));
+  if (!assigned.ok()) return absl::UnavailableError(assigned.message());
+  return *plan;
+}
+
+absl::StatusOr<v1::Plan> SchedulerCore::Replan(
+    const v1::Job& job, std::vector<v1::WorkerInfo> workers) {
+  const auto start = std::chrono::steady_clock::now();
+  v1::ProfileRequest profile_request;
+  *profile_request.mutable_spec() = job.spec().training();
+  profile_request.set_repetitions(3);
+  PlanInputs inputs;
+  inputs.job_id = job.id();
+  inputs.spec = job.spec();
+  // A fixed stage count the workers left cannot meet becomes what they can.
+  if (inputs.spec.num_stages() > static_cast<int>(workers.size())) {
+    inputs.spec.set_num_stages(static_cast<int>(workers.size()));
+  }
+  ASSIGN_OR_RETURN(inputs.profile,
+                   control_->Profile(workers[0].address(), profile_request));
+  inputs.workers = std::move(workers);
+  inputs.topology = options_.topology;
+  inputs.bubble = [this, &job](int k) {
+    return model_->TheoreticalBubble(job.spec(), k);
+  };
+  ASSIGN_OR_RETURN(v1::Plan plan, BuildPlan(inputs));
+  plan.set_planning_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count());
+  return plan;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,194 @@
+// SchedulerCore's elastic growth: a job re-planned onto fewer stages after a
+// loss takes in a worker that joins, at the next committed checkpoint, when
+// the planner predicts a step at least 20% faster; a spare that would not
+// speed the job up is left idle and not judged again.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/checkpoint_store.h"
+#include "scheduler/elastic_growth.h"
+#include "scheduler/scheduler_core.h"
+#include "scheduler/scheduler_core_test_fixture.h"
+
+namespace pipetrain {
+namespace testing_core {
+namespace {
+
+using ::testing::HasSubstr;
+
+class GrowthTest : public SchedulerCoreTest {
+ protected:
+  void SetUp() override {
+    SchedulerCoreTest::SetUp();
+    auto store = CheckpointStore::Open(dir_.path());
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    checkpoints_ = store_.get();
+    Start();
+  }
+
+  // A 3-stage job checkpointing every 4 steps. The fake profile gives
+  // every one of the 6 layers the same cost; with 8 micro-batches GPipe's
+  // predicted step on 3 stages is 60/81 of that on 2.
+  v1::Job RunningJob3(int workers, int micro_batches) {
+    AddWorkers(workers);
+    v1::JobSpec spec = Spec(3, 24);
+    spec.mutable_training()->set_checkpoint_every(4);
+    spec.mutable_training()->set_micro_batches(micro_batches);
+    const v1::Job job = Submit(spec);
+    core_->Tick();
+    EXPECT_EQ(Job(job.id()).state(), v1::JOB_STATE_RUNNING);
+    return Job(job.id());
+  }
+
+  // A worker that starts later, at an address no other worker had.
+  std::string JoinWorker() {
+    v1::RegisterWorkerRequest r;
+    r.mutable_worker()->set_address("10.0.0.9:7000");
+    r.mutable_worker()->set_memory_bytes(int64_t{1} << 30);
+    r.mutable_worker()->set_gemm_gflops(10);
+    auto registered = core_->RegisterWorker(r);
+    EXPECT_TRUE(registered.ok()) << registered.status();
+    if (!registered.ok()) return "";
+    workers_[registered->worker_id()] = r.worker().address();
+    Heartbeats();
+    return registered->worker_id();
+  }
+
+  int EventsOf(const v1::Job& job, v1::JobEventKind kind) {
+    int n = 0;
+    for (const v1::JobEvent& e : job.events()) n += e.kind() == kind;
+    return n;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<CheckpointStore> store_;
+};
+
+TEST_F(GrowthTest, ADegradedJobTakesInAJoiningWorkerAtTheNextCheckpoint) {
+  const v1::Job job = RunningJob3(3, 8);
+  Train(5);  // checkpoint at step 4
+  KillStage(job.id(), 2);
+  ASSERT_EQ(PlanOf(job.id()).stages_size(), 2);
+  const std::string joined = JoinWorker();
+  Train(1);  // the recovered job steps; the idle worker is noted
+  EXPECT_EQ(PlanOf(job.id()).stages_size(), 2);
+  EXPECT_EQ(WorkerStates()[joined], v1::WORKER_STATE_IDLE);
+  Train(4);  // at step 9: checkpoint 8 is committed
+  EXPECT_EQ(PlanOf(job.id()).stages_size(), 2);
+  const size_t configured = control_.CallsOf(Method::kConfigure).size();
+  Train(0);  // judged against checkpoint 8: the job grows
+
+  const v1::Plan grown = PlanOf(job.id());
+  ASSERT_EQ(grown.stages_size(), 3);
+  bool uses_joined = false;
+  for (const auto& s : grown.stages()) uses_joined |= s.worker_id() == joined;
+  EXPECT_TRUE(uses_joined);
+  EXPECT_EQ(WorkerStates()[joined], v1::WORKER_STATE_ASSIGNED);
+  // Every stage of the new cut starts from checkpoint 8, restoring it.
+  const auto again = ConfiguresSince(configured);
+  ASSERT_EQ(again.size(), 3u);
+  for (const auto& c : again) {
+    EXPECT_EQ(c.config.start_step(), 8);
+    EXPECT_TRUE(c.config.restore_expected());
+    EXPECT_EQ(c.config.num_stages(), 3);
+  }
+  const v1::Job growing = Job(job.id());
+  EXPECT_EQ(growing.restarts(), 1);  // a growth spends no restart
+  ASSERT_EQ(growing.rollbacks_size(), 2);
+  EXPECT_EQ(growing.rollbacks(1).from_step(), 9);
+  EXPECT_EQ(growing.rollbacks(1).to_step(), 8);
+  const v1::JobEvent last = *growing.events().rbegin();
+  EXPECT_EQ(last.kind(), v1::JOB_EVENT_REPLANNED);
+  EXPECT_THAT(last.message(), HasSubstr("grew from 2 to 3 stages"));
+  EXPECT_EQ(last.step(), 8);
+
+  Train(16);
+  const v1::Job done = Job(job.id());
+  ASSERT_EQ(done.state(), v1::JOB_STATE_COMPLETED) << done.error();
+  EXPECT_EQ(done.step(), 24);
+  // One recovery (the loss), none for the growth.
+  EXPECT_EQ(EventsOf(done, v1::JOB_EVENT_RECOVERED), 1);
+  EXPECT_EQ(EventsOf(done, v1::JOB_EVENT_REPLANNED), 2);
+  EXPECT_THAT(metrics_.RenderText(),
+              HasSubstr("pipetrain_scheduler_recovery_seconds_count 1"));
+}
+
+TEST_F(GrowthTest, ASpareThatWouldNotSpeedTheJobUpStaysIdle) {
+  // 3 fixed stages on equal workers: a fourth predicts the same step.
+  const v1::Job job = RunningJob3(4, 4);
+  const v1::Plan before = PlanOf(job.id());
+  const size_t profiles = control_.CallsOf(Method::kProfile).size();
+  for (int i = 0; i < 5; ++i) Train(3);  // checkpoints 4, 8, 12
+  const v1::Plan after = PlanOf(job.id());
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(after.stages(s).worker_id(), before.stages(s).worker_id());
+  }
+  // Judged once (a profile on the spare), not at every checkpoint.
+  EXPECT_EQ(control_.CallsOf(Method::kProfile).size(), profiles + 1);
+  const v1::Job running = Job(job.id());
+  EXPECT_EQ(EventsOf(running, v1::JOB_EVENT_REPLANNED), 0);
+  EXPECT_TRUE(running.rollbacks().empty());
+  Train(24);
+  EXPECT_EQ(Job(job.id()).state(), v1::JOB_STATE_COMPLETED);
+}
+
+TEST_F(GrowthTest, AJobWaitingToStartHasTheFirstClaimOnIdleWorkers) {
+  const v1::Job job = RunningJob3(3, 8);
+  Train(5);
+  KillStage(job.id(), 2);
+  const v1::Job waiting = Submit(Spec(2, 4));  // needs two idle workers
+  JoinWorker();
+  for (int i = 0; i < 4; ++i) Train(3);  // checkpoints 8 and 12 pass
+  EXPECT_EQ(PlanOf(job.id()).stages_size(), 2);
+  EXPECT_EQ(Job(waiting.id()).state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(EventsOf(Job(job.id()), v1::JOB_EVENT_REPLANNED), 1);
+}
+
+TEST(ElasticGrowth, ProposesOnlyAGainOfAtLeastTwentyPercent) {
+  GrowthInputs in;
+  in.spec.set_num_stages(0);
+  in.spec.mutable_training()->set_micro_batches(4);
+  for (int l = 0; l < 6; ++l) {
+    v1::LayerProfile* p = in.profile.add_layers();
+    p->set_forward_seconds(0.001);
+    p->set_backward_seconds(0.002);
+    p->set_activation_bytes(1024);
+    p->set_parameter_bytes(4096);
+  }
+  auto worker = [](const std::string& id, double gflops) {
+    v1::WorkerInfo w;
+    w.set_id(id);
+    w.set_memory_bytes(int64_t{1} << 30);
+    w.set_gemm_gflops(gflops);
+    return w;
+  };
+  in.bubble = [](int k) { return (k - 1) / (4.0 + k - 1); };
+  in.current = {worker("a", 10)};
+  in.current_stages = 1;
+  in.joining = {worker("b", 10)};
+  // One stage: 4 x 18 ms; two: 5 x 9 ms (plus 1 KiB across the cut, a
+  // microsecond), 37.5% less.
+  auto two = ProposeGrowth(in);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_NEAR(two->current_seconds, 0.072, 1e-9);
+  EXPECT_NEAR(two->proposed_seconds, 0.045, 1e-5);
+  EXPECT_TRUE(two->worthwhile);
+  EXPECT_EQ(two->plan.stages_size(), 2);
+  EXPECT_THAT(GrowthMessage(*two, 1), HasSubstr("grew from 1 to 2 stages"));
+  // The same joining worker at a tenth of the speed (profiled on it, so
+  // the current worker is rescaled to ten times faster): no gain.
+  in.joining = {worker("b", 1)};
+  auto slow = ProposeGrowth(in);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_NEAR(slow->current_seconds, 0.0072, 1e-9);
+  EXPECT_FALSE(slow->worthwhile);
+}
+
+}  // namespace
+}  // namespace testing_core
+}  // namespace pipetrain
