@@ -45,14 +45,16 @@ std::vector<std::string> AddressesOf(const v1::Plan& plan) {
 
 }  // namespace
 
-// Idle workers are first noted against the checkpoint the job has then;
-// the job is judged once the next one is committed (so the steps redone
-// after the re-configuration are only those since that checkpoint), and
-// judged again only when the idle workers change. A job waiting to start
-// has the first claim on idle workers: no job grows meanwhile.
+// Idle workers are first noted against the checkpoint the job has then
+// (even while one is being fetched); the job is judged at the first tick
+// with no checkpoint in flight after the next one is committed (so the
+// steps redone after the re-configuration are only those since that
+// checkpoint), and judged again only when the idle workers change. A
+// job waiting to start has the first claim on idle workers: no job grows
+// meanwhile.
 std::optional<SchedulerCore::Action> SchedulerCore::GrowthDue(JobRecord* r) {
-  if (options_.checkpoints == nullptr || r->checkpoint_in_flight ||
-      r->resume_step >= 0 || r->snapshot_step == -2 || !r->plan.has_value()) {
+  if (options_.checkpoints == nullptr || r->resume_step >= 0 ||
+      !r->plan.has_value()) {
     return std::nullopt;
   }
   for (const std::string& id : jobs_.ids()) {
@@ -72,6 +74,8 @@ std::optional<SchedulerCore::Action> SchedulerCore::GrowthDue(JobRecord* r) {
     return std::nullopt;
   }
   if (r->last_checkpoint_step <= r->growth_after_step) return std::nullopt;
+  // A checkpoint being fetched would be cut off by the stop: wait for it.
+  if (r->checkpoint_in_flight || r->snapshot_step == -2) return std::nullopt;
   r->growth_after_step = r->last_checkpoint_step;
   r->busy = true;
   return Action{ActionKind::kGrow, r->job.id(), "", 0};

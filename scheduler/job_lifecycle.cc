@@ -82,8 +82,14 @@ std::vector<SchedulerCore::Action> SchedulerCore::ChooseActions(
         r->busy = true;
         out.push_back({ActionKind::kFinish, id, ""});
       } else if (state == v1::JOB_STATE_RUNNING) {
-        if (std::optional<Action> a = CheckpointDue(r)) out.push_back(*a);
-        if (std::optional<Action> a = GrowthDue(r)) out.push_back(*a);
+        // Growth first: a job whose steps pass a checkpoint boundary at
+        // every tick would otherwise always have a checkpoint in flight
+        // when growth is judged, and never grow.
+        if (std::optional<Action> a = GrowthDue(r)) {
+          out.push_back(*a);
+        } else if (std::optional<Action> c = CheckpointDue(r)) {
+          out.push_back(*c);
+        }
       }
     }
   }

@@ -118,6 +118,26 @@ TEST_F(GrowthTest, ADegradedJobTakesInAJoiningWorkerAtTheNextCheckpoint) {
               HasSubstr("pipetrain_scheduler_recovery_seconds_count 1"));
 }
 
+// Steps fast enough that every tick finds a new checkpoint boundary passed
+// (so a checkpoint is always due when growth is judged): the job still
+// grows, from the checkpoint committed after the worker was noted.
+TEST_F(GrowthTest, AJobPassingACheckpointAtEveryTickStillGrows) {
+  const v1::Job job = RunningJob3(3, 8);
+  Train(5);  // checkpoint at step 4
+  KillStage(job.id(), 2);
+  ASSERT_EQ(PlanOf(job.id()).stages_size(), 2);
+  JoinWorker();
+  for (int i = 0; i < 4 && PlanOf(job.id()).stages_size() == 2; ++i) {
+    Train(4);  // every tick lands on a checkpoint boundary
+  }
+  ASSERT_EQ(PlanOf(job.id()).stages_size(), 3);
+  const v1::JobEvent last = *Job(job.id()).events().rbegin();
+  EXPECT_THAT(last.message(), HasSubstr("grew from 2 to 3 stages"));
+  EXPECT_EQ(last.step() % 4, 0);
+  Train(24);
+  EXPECT_EQ(Job(job.id()).state(), v1::JOB_STATE_COMPLETED);
+}
+
 TEST_F(GrowthTest, ASpareThatWouldNotSpeedTheJobUpStaysIdle) {
   // 3 fixed stages on equal workers: a fourth predicts the same step.
   const v1::Job job = RunningJob3(4, 4);
