@@ -170,6 +170,61 @@ TEST_F(RecoveryE2eTest, WithoutASpareTheJobShrinksToTwoStagesAndMatches) {
   EXPECT_TRUE(replanned);
 }
 
+// The asynchronous schedules recover too, from the checkpoint with empty
+// weight stashes and a fresh warm-up, so their result is not expected to
+// equal an uninterrupted run: the job completes every step, resumed from a
+// checkpoint, and its test accuracy stays within a few points of the same
+// schedule's uninterrupted run.
+constexpr double kAsyncAccuracyPoints = 0.04;
+
+TEST_F(RecoveryE2eTest, AsynchronousSchedulesRecoverAndStillLearn) {
+  AddSpare();
+  v1::TrainingSpec training = MlpSpec(kSteps);
+  training.set_checkpoint_every(kCheckpointEvery);
+  // These schedules update the weights once per micro-batch: at the
+  // example's learning rate (0.05) asynchronous 1F1B diverges.
+  training.mutable_optimizer()->mutable_sgd()->set_lr(0.01);
+  // One run of `schedule`, its stage 1 worker SIGKILLed after the first
+  // checkpoint when `kill`; a new spare is started after a kill.
+  auto run = [&](v1::ScheduleKindProto schedule, bool kill) {
+    v1::JobSpec spec;
+    *spec.mutable_training() = training;
+    spec.set_num_stages(3);
+    spec.set_schedule(schedule);
+    const v1::Job job = Submit(spec);
+    if (kill) {
+      EXPECT_GT(WaitForCheckpoint(job.id(), 60).checkpoints_size(), 0);
+      Worker* victim = WorkerAt(GetPlan(job.id()).stages(1).worker_address());
+      EXPECT_NE(victim, nullptr);
+      if (victim != nullptr) victim->process->Signal(SIGKILL);
+    }
+    const v1::Job done = WaitForState(job.id(), v1::JOB_STATE_COMPLETED, 300);
+    EXPECT_EQ(done.state(), v1::JOB_STATE_COMPLETED) << done.error();
+    EXPECT_EQ(done.step(), kSteps);
+    if (kill) {
+      AddWorker("z1");
+      EXPECT_TRUE(WaitForWorkers(4, v1::WORKER_STATE_IDLE));
+    }
+    return done;
+  };
+  for (const v1::ScheduleKindProto schedule :
+       {v1::SCHEDULE_ASYNC_1F1B, v1::SCHEDULE_2BW}) {
+    SCOPED_TRACE(v1::ScheduleKindProto_Name(schedule));
+    const v1::Job undisturbed = run(schedule, false);
+    const v1::Job done = run(schedule, true);
+    EXPECT_GE(done.restarts(), 1);
+    ASSERT_GT(done.rollbacks_size(), 0);
+    EXPECT_EQ(done.rollbacks(0).to_step() % kCheckpointEvery, 0);
+    EXPECT_GE(done.rollbacks(0).to_step(), kCheckpointEvery);
+    EXPECT_EQ(done.eval().samples(), undisturbed.eval().samples());
+    EXPECT_NEAR(done.eval().accuracy(), undisturbed.eval().accuracy(),
+                kAsyncAccuracyPoints);
+    std::printf("%s: test accuracy %.4f after a recovery, %.4f without\n",
+                v1::ScheduleKindProto_Name(schedule).c_str(),
+                done.eval().accuracy(), undisturbed.eval().accuracy());
+  }
+}
+
 // Every worker tells the planner the same GEMM speed: measured on a busy
 // machine the speeds differ by up to ten times from one start to the next,
 // and the growth decision would follow that noise instead of the stage
@@ -232,6 +287,12 @@ TEST_F(GrowthE2eTest, ADegradedJobTakesInANewWorkerAndMatches) {
   }
   EXPECT_TRUE(shrank);
   EXPECT_TRUE(grew);
+  if (!grew) {
+    for (const v1::JobEvent& e : done.events()) {
+      std::printf("event at step %lld: %s\n", static_cast<long long>(e.step()),
+                  e.message().c_str());
+    }
+  }
   ExpectFaultFreeWeights("growth", done.id(), training);
 }
 
