@@ -1,5 +1,6 @@
 // SchedulerCore's control loop and the actions it takes on jobs: starting
-// pending jobs, finishing done ones (evaluation through the pipeline),
+// pending jobs, finishing done ones (evaluation through the pipeline; a
+// failed one is recovered from the latest checkpoint and evaluated again),
 // failing broken ones and resetting a launch a previous scheduler process
 // left half done.
 #include <algorithm>
@@ -72,12 +73,23 @@ std::vector<SchedulerCore::Action> SchedulerCore::ChooseActions(
       if (!why.has_value())
         why = JobFailure(workers, Now(), FailureGraceMs(), r);
       if (!why.has_value()) why = ReattachFailure(Now(), r);
+      if (r->eval_failure.has_value()) {
+        // A failed end-of-job evaluation is recovered once its cause is
+        // known: a lost worker, or (a lease on) the evaluation's own error.
+        if (why.has_value()) {
+          why = absl::StrCat(*why, " during the end-of-job evaluation");
+        } else if (Now() - r->eval_failed_ms >= FailureGraceMs()) {
+          why = r->eval_failure;
+        }
+      }
       if (why.has_value()) {
         r->busy = true;
         // A paused job is recovered too, and stays paused.
         const bool restart = r->job.restarts() < MaxRestarts(r->job.spec());
         out.push_back({restart ? ActionKind::kRecover : ActionKind::kFail, id,
                        restart ? *why : GiveUpReason(r->job, *why)});
+      } else if (r->eval_failure.has_value()) {
+        // Waits for the cause; evaluating again would fail again.
       } else if (StagesDone(*r)) {
         r->busy = true;
         out.push_back({ActionKind::kFinish, id, ""});
@@ -268,8 +280,24 @@ void SchedulerCore::FinishJob(const std::string& job_id) {
   absl::StatusOr<v1::EvalResult> eval =
       EvaluateStages(control_, addresses, job_id, max_samples);
   if (!eval.ok()) {
-    FailJob(job_id, absl::StrCat("the end-of-job evaluation failed: ",
-                                 eval.status().ToString()));
+    const std::string why = absl::StrCat("the end-of-job evaluation failed: ",
+                                         eval.status().ToString());
+    // Recovered like any loss, from the latest committed checkpoint (the
+    // final one when it was committed: nothing is trained again); without
+    // one there is nothing to evaluate again from.
+    if (const std::optional<std::string> cannot = WhyNoEvalRecovery(job_id)) {
+      FailJob(job_id, absl::StrCat(why, "; it cannot be recovered: ", *cannot));
+      return;
+    }
+    PT_LOG(WARNING) << job_id << ": " << why
+                    << "; waits to recover from the latest checkpoint";
+    {
+      absl::MutexLock lock(&mu_);
+      JobRecord* r = *jobs_.Find(job_id);
+      r->eval_failure = why;
+      r->eval_failed_ms = Now();
+    }
+    EndAction(job_id, std::nullopt);
     return;
   }
   registry_.Release(job_id);
@@ -283,6 +311,27 @@ void SchedulerCore::FinishJob(const std::string& job_id) {
                  << eval->samples() << " samples";
   }
   EndAction(job_id, v1::JOB_STATE_COMPLETED);
+}
+
+std::optional<std::string> SchedulerCore::WhyNoEvalRecovery(
+    const std::string& job_id) {
+  if (options_.checkpoints == nullptr) {
+    return "this scheduler keeps no checkpoints (it has no data directory)";
+  }
+  absl::StatusOr<CheckpointInfo> latest = options_.checkpoints->Latest(job_id);
+  if (latest.ok()) return std::nullopt;
+  if (!absl::IsNotFound(latest.status())) {
+    return absl::StrCat("its checkpoints could not be listed: ",
+                        latest.status().ToString());
+  }
+  bool off = false;
+  {
+    absl::MutexLock lock(&mu_);
+    off = (*jobs_.Find(job_id))->job.spec().training().checkpoint_every() < 0;
+  }
+  return off ? "the job has no checkpoint (checkpoints are off: "
+               "checkpointEvery is -1)"
+             : "the job has no committed checkpoint";
 }
 
 void SchedulerCore::FailJob(const std::string& job_id, const std::string& why) {

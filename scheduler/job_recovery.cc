@@ -1,11 +1,12 @@
-// SchedulerCore's recovery of a running job whose worker was lost or whose
-// stage failed: stop every stage, put spare workers in the lost ones'
-// places (same partition) or re-plan on the workers left, then configure
-// every stage from the latest committed checkpoint (or step 0 with the
-// seeded initialization) and train on. A paused job is recovered the same
-// way and stays paused (its stages restored, waiting for ResumeJob). The
-// version ledger gets an explicit rollback; the job's event log says what
-// happened.
+// SchedulerCore's recovery of a running job whose worker was lost, whose
+// stage failed or whose end-of-job evaluation failed: stop every stage, put
+// spare workers in the lost ones' places (same partition) or re-plan on the
+// workers left, then configure every stage from the latest committed
+// checkpoint (or step 0 with the seeded initialization) and train on. A
+// paused job is recovered the same way and stays paused (its stages
+// restored, waiting for ResumeJob); a job restored at its last step (its
+// final checkpoint) trains nothing and is evaluated again. The version
+// ledger gets an explicit rollback; the job's event log says what happened.
 #include <algorithm>
 #include <chrono>
 
@@ -48,6 +49,11 @@ void SchedulerCore::RecoverJob(const std::string& job_id,
       jobs_.Save(*r);
     }
     r->recover_why.reset();
+    // A failed end-of-job evaluation is answered by this recovery: the
+    // stages are restored and the job is evaluated again once they are
+    // done.
+    r->eval_failure.reset();
+    r->eval_failed_ms = 0;
   }
   PT_LOG(WARNING) << job_id << ": " << why << "; recovering";
   // A LOST worker is not called: on a real network its address may hang
@@ -100,21 +106,32 @@ void SchedulerCore::RecoverJob(const std::string& job_id,
     (*jobs_.Find(job_id))->recover_why =
         absl::StrCat("could not restart: ", total.status().ToString());
   } else if (!start.train) {
-    EndPausedRecovery(job_id);
+    EndRestoredRecovery(job_id, "still paused");
+  } else if (resume->step >= *total) {
+    // Restored at the last step (the final checkpoint of a job whose
+    // end-of-job evaluation failed): the stages are done at once and the
+    // job is evaluated again.
+    EndRestoredRecovery(job_id, "nothing left to train, evaluating again");
   }
   EndAction(job_id, std::nullopt);
 }
 
-// A paused job completes no step until it is resumed: its recovery ends
-// once its stages hold the checkpoint again.
-void SchedulerCore::EndPausedRecovery(const std::string& job_id) {
+// A paused job completes no step until it is resumed, and one restored at
+// its last step completes none at all: the recovery ends once the stages
+// hold the checkpoint again.
+void SchedulerCore::EndRestoredRecovery(const std::string& job_id,
+                                        const std::string& then) {
   absl::MutexLock lock(&mu_);
   JobRecord* r = *jobs_.Find(job_id);
   const double seconds = (Now() - r->recovering_since_ms) / 1000.0;
-  const int64_t version = r->job.committed_version();
+  // The rollback's version: stages that already reported on the new
+  // attempt may have moved committed_version.
+  const int64_t version = r->job.rollbacks().empty()
+                              ? r->job.committed_version()
+                              : r->job.rollbacks().rbegin()->version();
   AddJobEvent(&r->job, v1::JOB_EVENT_RECOVERED,
               absl::StrCat("restored at step ", r->resume_step,
-                           " from version ", version, "; still paused"),
+                           " from version ", version, "; ", then),
               Now(), {r->resume_step, version, seconds});
   if (recovery_seconds_ != nullptr) recovery_seconds_->Observe(seconds);
   r->resume_step = -1;

@@ -49,6 +49,13 @@ struct JobRecord {
   // its current configuration by then (0: not waiting); see
   // ReattachFailure.
   int64_t reattach_by_ms = 0;
+  // The end-of-job evaluation failed (job_lifecycle.cc) with this reason,
+  // at eval_failed_ms, and the job waits to be recovered from its latest
+  // checkpoint: once a worker is seen lost (JobFailure names it) or, a
+  // lease later, for the evaluation's own error. Not finished again
+  // meanwhile.
+  std::optional<std::string> eval_failure;
+  int64_t eval_failed_ms = 0;
   // Checkpoints (job_checkpoints.cc): the boundary the stages were asked to
   // snapshot at (-1: none; -2: being asked), a fetch running, the last
   // committed checkpoint's step and when the job last checkpointed (or

@@ -15,9 +15,10 @@
 // decides actions: start pending jobs when enough workers are idle
 // (profile, plan, assign, configure and train every stage), finish jobs
 // whose stages are done (evaluate through the pipeline: a failed
-// evaluation fails the job), fail jobs with a failed stage or a lost
-// worker, and reset a launch a previous scheduler process left half done
-// (stop and free its workers, back to PENDING). Progress, the version
+// evaluation is recovered from the latest checkpoint and evaluated again,
+// or fails the job without one), recover or fail jobs with a failed stage
+// or a lost worker, and reset a launch a previous scheduler process left half
+// done (stop and free its workers, back to PENDING). Progress, the version
 // ledger and periodic evaluations arrive with heartbeats.
 //
 // Locking: mu_ guards the job table and is held only for in-memory work.
@@ -231,7 +232,15 @@ class SchedulerCore {
   // Configures and starts the planned stages; RUNNING, or FAILED.
   void Launch(const std::string& job_id, const v1::JobSpec& spec,
               const v1::Plan& plan);
+  // Takes the final checkpoint and evaluates through the stages: COMPLETED.
+  // A failed evaluation is recovered from the latest committed checkpoint
+  // (record->eval_failure; the control loop recovers once the cause is
+  // known) and evaluated again; without a checkpoint the job fails.
   void FinishJob(const std::string& job_id);
+  // Why a job whose end-of-job evaluation failed cannot be recovered (no
+  // committed checkpoint to resume from), or nullopt.
+  std::optional<std::string> WhyNoEvalRecovery(const std::string& job_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void FailJob(const std::string& job_id, const std::string& why);
   void ResetLaunch(const std::string& job_id);
   // Recovery (job_recovery.cc): stops the job's stages, puts spares in the
@@ -239,7 +248,10 @@ class SchedulerCore {
   // every stage from the latest checkpoint (or step 0). A recovery that
   // cannot launch leaves record->recover_why set for the next tick.
   void RecoverJob(const std::string& job_id, const std::string& why);
-  void EndPausedRecovery(const std::string& job_id);
+  // Ends a recovery whose stages hold the checkpoint but train no step (a
+  // paused job, or one restored at its last step): the RECOVERED event
+  // ("restored at step S from version V; `then`").
+  void EndRestoredRecovery(const std::string& job_id, const std::string& then);
   // The plan to resume on; sets *replanned when the stage count or cut
   // changed. Unavailable when no worker can take the job now.
   absl::StatusOr<v1::Plan> RepairPlan(const v1::Job& job, const v1::Plan& old,

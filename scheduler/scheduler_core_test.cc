@@ -68,6 +68,12 @@ TEST_F(SchedulerCoreTest, AFailedEndOfJobEvaluationFailsTheJob) {
   EXPECT_THAT(failed.error(), HasSubstr("end-of-job evaluation failed"));
   EXPECT_THAT(failed.error(), HasSubstr("stage 1"));
   EXPECT_THAT(failed.error(), HasSubstr("activation shape mismatch"));
+  // Nothing to evaluate again from (scheduler_core_eval_recovery_test.cc
+  // recovers with checkpoints).
+  EXPECT_THAT(failed.error(),
+              HasSubstr("it cannot be recovered: this scheduler keeps no "
+                        "checkpoints"));
+  EXPECT_EQ(failed.restarts(), 0);
   EXPECT_EQ(failed.evaluations_size(), 0);
   EXPECT_EQ(control_.CallsOf(Method::kStop).size(), 3u);
   EXPECT_TRUE(AllIdle());

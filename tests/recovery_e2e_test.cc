@@ -8,7 +8,10 @@
 // function of (seed, step), and training resumes from the last committed
 // checkpoint (every 50 steps; the kill waits for one), reloaded layer by
 // layer under the old or the new cut. The recovery time (from the loss
-// being seen to the next completed step) is printed.
+// being seen to the next completed step) is printed. A worker killed while
+// the finished job evaluates is replaced too: every stage is restored from
+// the final checkpoint and the job is evaluated again, ending with the
+// fault-free weights and test accuracy.
 #include <signal.h>
 
 #include <chrono>
@@ -47,6 +50,41 @@ v1::TrainingSpec BalancedMlpSpec(int64_t steps) {
   }
   return spec;
 }
+
+// A small MLP on synthetic data whose held-out split is large: its
+// evaluation takes seconds through the pipeline (thousands of small
+// micro-batches), training a fraction of that, so a kill lands inside the
+// end-of-job evaluation.
+constexpr int64_t kEvalSteps = 30;
+constexpr int64_t kEvalSamples = 300'000;
+constexpr int kEvalFeatures = 32;
+
+v1::TrainingSpec LongEvaluationSpec() {
+  v1::TrainingSpec spec = MlpSpec(kEvalSteps);
+  v1::ModelSpec* model = spec.mutable_model();
+  model->set_name("mlp-32-64-64-10");
+  model->clear_input_shape();
+  model->add_input_shape(kEvalFeatures);
+  model->clear_layers();
+  const int widths[] = {kEvalFeatures, 64, 64, 10};
+  for (int l = 0; l + 1 < 4; ++l) {
+    if (l > 0) model->add_layers()->mutable_relu();
+    v1::LinearSpec* linear = model->add_layers()->mutable_linear();
+    linear->set_in_features(widths[l]);
+    linear->set_out_features(widths[l + 1]);
+  }
+  v1::SyntheticSource* data = spec.mutable_data()->mutable_synthetic();
+  data->set_features(kEvalFeatures);
+  data->set_classes(10);
+  data->set_train_samples(kEvalSteps * spec.batch_size());
+  data->set_eval_samples(kEvalSamples);
+  spec.set_eval_every(0);
+  return spec;
+}
+
+// Evaluations against the in-process trainer's, relative (the weights equal
+// up to float summation order).
+constexpr double kEvalRel = 1e-5;
 
 class RecoveryE2eTest : public SchedulerTest {
  protected:
@@ -157,6 +195,97 @@ TEST_F(RecoveryE2eTest, ASpareTakesAKilledWorkersStageAndTheWeightsMatch) {
   }
   EXPECT_LT(8 + header, model->body.size());
   EXPECT_EQ(model->body[8], '{');
+}
+
+// The end-of-job evaluation begins right after the final checkpoint (at
+// the last step) is committed: the kill waits for its event. The job is
+// recovered from that checkpoint (nothing trained again) onto the spare,
+// evaluated again, and matches the fault-free run.
+TEST_F(RecoveryE2eTest, AWorkerKilledWhileTheJobEvaluatesIsRecovered) {
+  AddSpare();
+  const v1::TrainingSpec training = LongEvaluationSpec();
+  v1::JobSpec spec;
+  *spec.mutable_training() = training;
+  spec.set_num_stages(3);
+  spec.set_schedule(v1::SCHEDULE_GPIPE);
+  const v1::Job job = Submit(spec);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  bool evaluating = false;
+  while (!evaluating && std::chrono::steady_clock::now() < deadline) {
+    const v1::Job seen = GetJob(job.id());
+    // Completed already: the evaluation ended before it was seen.
+    ASSERT_NE(seen.state(), v1::JOB_STATE_COMPLETED);
+    ASSERT_NE(seen.state(), v1::JOB_STATE_FAILED) << seen.error();
+    for (const v1::JobEvent& e : seen.events()) {
+      evaluating = evaluating || (e.kind() == v1::JOB_EVENT_CHECKPOINT &&
+                                  e.step() == kEvalSteps);
+    }
+    if (!evaluating) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(evaluating) << "no final checkpoint";
+  const auto killed_at = std::chrono::steady_clock::now();
+  Worker* worker = WorkerAt(GetPlan(job.id()).stages(1).worker_address());
+  ASSERT_NE(worker, nullptr);
+  worker->process->Signal(SIGKILL);
+
+  const v1::Job done = WaitForState(job.id(), v1::JOB_STATE_COMPLETED, 300);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_COMPLETED) << done.error();
+  std::printf("evaluation recovery: completed %.2f s after the kill\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                            killed_at)
+                  .count());
+  EXPECT_EQ(done.step(), kEvalSteps);
+  EXPECT_EQ(done.restarts(), 1);
+  // Restored at the last step: nothing was trained again.
+  ASSERT_EQ(done.rollbacks_size(), 1);
+  EXPECT_EQ(done.rollbacks(0).to_step(), kEvalSteps);
+  EXPECT_EQ(GetPlan(done.id()).stages_size(), 3);
+  // The loss was seen during the evaluation, after the final checkpoint.
+  int final_checkpoint = -1, lost = -1, recovered = -1, completed = -1;
+  for (int i = 0; i < done.events_size(); ++i) {
+    const v1::JobEvent& e = done.events(i);
+    if (e.kind() == v1::JOB_EVENT_CHECKPOINT && e.step() == kEvalSteps) {
+      final_checkpoint = i;
+    } else if (e.kind() == v1::JOB_EVENT_WORKER_LOST) {
+      lost = i;
+      EXPECT_TRUE(
+          absl::StrContains(e.message(), "during the end-of-job evaluation"))
+          << e.message();
+    } else if (e.kind() == v1::JOB_EVENT_RECOVERED) {
+      recovered = i;
+      EXPECT_TRUE(absl::StrContains(e.message(), "evaluating again"))
+          << e.message();
+      std::printf("evaluation recovery: %s (%.2f s)\n", e.message().c_str(),
+                  e.seconds());
+    } else if (e.kind() == v1::JOB_EVENT_COMPLETED) {
+      completed = i;
+    }
+  }
+  if (recovered >= 0 && completed > recovered) {
+    // How long an evaluation runs: the kill must land inside one.
+    std::printf(
+        "evaluation recovery: the evaluation again took %.2f s\n",
+        (done.events(completed).unix_ms() - done.events(recovered).unix_ms()) /
+            1000.0);
+  }
+  ASSERT_GE(final_checkpoint, 0);
+  EXPECT_GT(lost, final_checkpoint);
+  ASSERT_GT(recovered, lost);
+  // Restored from the final checkpoint.
+  EXPECT_EQ(done.events(recovered).step(), kEvalSteps);
+  EXPECT_EQ(done.events(recovered).version(),
+            done.events(final_checkpoint).version());
+  ASSERT_EQ(done.evaluations_size(), 1);
+
+  const ReferenceRun reference = TrainInProcess(training, -1, 0);
+  EXPECT_EQ(done.eval().samples(), kEvalSamples);
+  EXPECT_EQ(reference.eval.samples, kEvalSamples);
+  EXPECT_NEAR(done.eval().accuracy(), reference.eval.accuracy,
+              kEvalRel * reference.eval.accuracy);
+  EXPECT_NEAR(done.eval().loss(), reference.eval.loss,
+              kEvalRel * reference.eval.loss);
+  ExpectFaultFreeWeights("evaluation", done.id(), training);
 }
 
 TEST_F(RecoveryE2eTest, WithoutASpareTheJobShrinksToTwoStagesAndMatches) {
