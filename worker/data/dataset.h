@@ -47,8 +47,8 @@ class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
-  // Shape of one input sample, e.g. [784] or [T]; [] when the dataset was
-  // opened without its inputs and they alone tell it (.npy features).
+  // Shape of one input sample, e.g. [784] or [T]; [] for a .npy dataset
+  // opened without its inputs (only the features file says).
   virtual Shape sample_shape() const = 0;
   // Shape of one sample's label: [] for a class id, [T] for next tokens.
   virtual Shape label_shape() const = 0;
