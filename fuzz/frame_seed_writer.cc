@@ -52,8 +52,8 @@ StageMessage Activation(MessageKind kind) {
   m.step = 3;
   m.micro_batch = 1;
   m.weight_version = 2;
-  m.tensors = {Tensor::HostFrom({2, 3}, {1, -2, 0.5f, 3, 4.25f, -0.125f}),
-               Tensor::HostFrom({2}, {1, 0})};
+  m.samples = kind == MessageKind::kGradient ? 0 : 60000;
+  m.tensors = {Tensor::HostFrom({2, 3}, {1, -2, 0.5f, 3, 4.25f, -0.125f})};
   return m;
 }
 
@@ -81,7 +81,6 @@ int main(int argc, char** argv) {
   Write(dir, "activation_bf16_chunked",
         Input(v1::DTYPE_BF16, Encoded(act, v1::DTYPE_BF16, 8)));
   StageMessage grad = Activation(MessageKind::kGradient);
-  grad.tensors.resize(1);
   Write(dir, "gradient_f16",
         Input(v1::DTYPE_F16, Encoded(grad, v1::DTYPE_F16, 1 << 20)));
   StageMessage norm;

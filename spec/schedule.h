@@ -25,7 +25,7 @@
 namespace pipetrain {
 
 enum class OpKind {
-  // Stage 0 only: take micro-batch m's inputs (and labels) from the data.
+  // Stage 0 only: take micro-batch m's inputs from the data.
   kLoadInput = 0,
   // Wait for micro-batch m's activation from the previous stage (chunk c's
   // input comes from the previous virtual stage).
@@ -33,7 +33,8 @@ enum class OpKind {
   kForward,
   // Hand micro-batch m's output to the next stage (asynchronous).
   kSendActivation,
-  // Last stage only: loss of micro-batch m and the gradient of its logits.
+  // Last stage only: loss of micro-batch m against its labels (which the
+  // stage reads from the data) and the gradient of its logits.
   kLoss,
   kRecvGradient,
   // Full backward (input and weight gradients).

@@ -177,7 +177,8 @@ std::vector<grpc::ByteBuffer> Activation(int64_t features,
                                          DType dtype = DType::kF32) {
   StageMessage m;
   m.kind = MessageKind::kActivation;
-  m.tensors = {Tensor::Host({16, features}, dtype), Tensor::Host({16})};
+  m.samples = 1024;
+  m.tensors = {Tensor::Host({16, features}, dtype)};
   absl::StatusOr<std::vector<grpc::ByteBuffer>> frames =
       EncodeMessage(kJob, m, v1::DTYPE_F32);
   EXPECT_TRUE(frames.ok()) << frames.status();

@@ -53,8 +53,9 @@ v1::FrameKind KindToProto(MessageKind kind) {
 }
 
 // Whether tensor `index` of a `kind` message is its payload (the
-// activation or gradient itself), which travels in the wire dtype; the
-// others (labels) travel as exact float32.
+// activation or gradient itself), which travels in the wire dtype; any
+// other travels as exact float32 (none do today: labels stay with the last
+// stage, which reads them itself).
 bool IsPayloadTensor(MessageKind kind, size_t index) {
   return index == 0 && (kind == MessageKind::kActivation ||
                         kind == MessageKind::kEvalActivation ||
@@ -68,7 +69,7 @@ bool IsPayloadTensor(MessageKind kind, size_t index) {
 bool SameMessage(const v1::FrameHeader& a, const v1::FrameHeader& b) {
   if (a.total_bytes() != b.total_bytes() ||
       a.weight_version() != b.weight_version() || a.job_id() != b.job_id() ||
-      a.tensors_size() != b.tensors_size()) {
+      a.samples() != b.samples() || a.tensors_size() != b.tensors_size()) {
     return false;
   }
   for (int i = 0; i < a.tensors_size(); ++i) {
@@ -262,6 +263,7 @@ absl::StatusOr<v1::FrameHeader> MessageHeader(const std::string& job_id,
   header.set_chunk(message.chunk);
   header.set_weight_version(message.weight_version);
   header.set_value(message.value);
+  header.set_samples(message.samples);
   for (size_t i = 0; i < message.tensors.size(); ++i) {
     const Tensor& t = message.tensors[i];
     if (t.empty() || t.device() != Device::kCpu) {
@@ -358,6 +360,7 @@ StageMessage AssembledMessage(MessageKind kind, const v1::FrameHeader& h,
   message.chunk = h.chunk();
   message.weight_version = h.weight_version();
   message.value = h.value();
+  message.samples = h.samples();
   for (int i = 0; i < h.tensors_size(); ++i) {
     const v1::TensorMeta& meta = h.tensors(i);
     message.tensors.emplace_back(
@@ -408,6 +411,7 @@ StageMessage MessageOutline(MessageKind kind, const v1::FrameHeader& h) {
   message.chunk = h.chunk();
   message.weight_version = h.weight_version();
   message.value = h.value();
+  message.samples = h.samples();
   for (const v1::TensorMeta& meta : h.tensors()) {
     message.tensors.emplace_back(
         nullptr, Shape(meta.shape().begin(), meta.shape().end()), DType::kF32);

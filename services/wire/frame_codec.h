@@ -8,8 +8,9 @@
 // straddles two frames).
 //
 // The wire dtype: a stage's messages hold float32 tensors; an activation's
-// or gradient's own tensor (StageMessage::tensors[0], not the labels) may
-// travel narrowed to bf16 or fp16, the stage's configured wire dtype. The
+// or gradient's own tensor (StageMessage::tensors[0], the only one they
+// carry) may travel narrowed to bf16 or fp16, the stage's configured wire
+// dtype. The
 // encoder narrows it straight into the frames' payload; the decoder widens
 // it back to float32 straight from gRPC's receive buffers and rejects a
 // message whose tensors do not travel in the dtypes it expects.

@@ -49,15 +49,17 @@ Tensor Fractions(const Shape& shape) {
 }
 
 // A float32 activation narrowed to the wire dtype and widened back: each
-// element rounds once (to nearest even), the labels arrive exactly, and
-// the message survives being cut into frames anywhere an element allows.
+// element rounds once (to nearest even), a second tensor (the codec takes
+// any number; stages send one) arrives exactly, and the message survives
+// being cut into frames anywhere an element allows.
 TEST(FrameCodec, MessagesSurviveChunkingAcrossTensorBoundaries) {
   StageMessage in;
   in.kind = MessageKind::kActivation;
   in.step = 12;
   in.micro_batch = 3;
   in.weight_version = 7;
-  // An odd-sized 16-bit tensor forces an alignment gap before the labels.
+  in.samples = 60000;
+  // An odd-sized 16-bit tensor forces an alignment gap before the second.
   in.tensors = {Fractions({5, 7}), Fractions({5})};
   for (v1::DType wire : {v1::DTYPE_BF16, v1::DTYPE_F16}) {
     for (size_t chunk : {size_t{8}, size_t{24}, size_t{72}, size_t{1000},
@@ -66,12 +68,13 @@ TEST(FrameCodec, MessagesSurviveChunkingAcrossTensorBoundaries) {
                    << v1::DType_Name(wire) << " " << chunk);
       int frames = 0;
       StageMessage out = RoundTrip(in, chunk, &frames, wire);
-      // 70 bytes of 16-bit activation, a 2-byte gap, 20 bytes of labels.
+      // 70 bytes of 16-bit activation, a 2-byte gap, 20 bytes of float32.
       EXPECT_EQ(frames, static_cast<int>((92 + chunk - 1) / chunk));
       EXPECT_EQ(out.kind, in.kind);
       EXPECT_EQ(out.step, 12);
       EXPECT_EQ(out.micro_batch, 3);
       EXPECT_EQ(out.weight_version, 7);
+      EXPECT_EQ(out.samples, 60000);
       ASSERT_EQ(out.tensors.size(), 2u);
       EXPECT_EQ(out.tensors[0].dtype(), DType::kF32);
       EXPECT_EQ(out.tensors[0].shape(), (Shape{5, 7}));
@@ -95,21 +98,22 @@ TEST(FrameCodec, FloatWireIsExactAndEvaluationActivationsTravel) {
   in.step = 2;
   in.micro_batch = 40;
   in.value = 1.0;
-  in.tensors = {Fractions({3, 5}), Fractions({3})};
+  in.samples = 10000;
+  in.tensors = {Fractions({3, 5})};
   int frames = 0;
   StageMessage out = RoundTrip(in, 24, &frames);
   EXPECT_EQ(out.kind, MessageKind::kEvalActivation);
   EXPECT_EQ(out.micro_batch, 40);
   EXPECT_EQ(out.value, 1.0);
-  ASSERT_EQ(out.tensors.size(), 2u);
+  EXPECT_EQ(out.samples, 10000);
+  ASSERT_EQ(out.tensors.size(), 1u);
   EXPECT_EQ(out.tensors[0].ToVector(), in.tensors[0].ToVector());
-  EXPECT_EQ(out.tensors[1].ToVector(), in.tensors[1].ToVector());
-  EXPECT_EQ(WirePayloadBytes(in, v1::DTYPE_F32), 4 * (15 + 3));
-  EXPECT_EQ(WirePayloadBytes(in, v1::DTYPE_BF16), 2 * 15 + 4 * 3);
+  EXPECT_EQ(WirePayloadBytes(in, v1::DTYPE_F32), 4 * 15);
+  EXPECT_EQ(WirePayloadBytes(in, v1::DTYPE_BF16), 2 * 15);
 }
 
-// The decoder takes payloads only in the wire dtype it was told, and
-// labels only as float32.
+// The decoder takes payloads only in the wire dtype it was told, and any
+// other tensor only as float32.
 TEST(FrameCodec, TensorsInUnexpectedDTypesAreRejected) {
   StageMessage in;
   in.kind = MessageKind::kGradient;
@@ -129,8 +133,8 @@ TEST(FrameCodec, TensorsInUnexpectedDTypesAreRejected) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_NE(status.message().find("wire dtype"), std::string::npos) << status;
   }
-  // bf16 labels: tensors other than the payload travel as they are, and
-  // arrive as what they are.
+  // A bf16 second tensor: tensors other than the payload travel as they
+  // are, and arrive as what they are.
   StageMessage act;
   act.kind = MessageKind::kActivation;
   act.tensors = {Fractions({2, 4}), Iota({2}, DType::kBF16)};
@@ -247,6 +251,21 @@ TEST(FrameCodec, MalformedFramesAreRejected) {
             std::string::npos)
       << changed;
   EXPECT_EQ(wire16.pending(), 0u);
+
+  // Nor may it change the split size an activation names.
+  StageMessage named;
+  named.tensors = {Iota({32})};
+  named.samples = 100;
+  auto first = EncodeMessage("job", named, v1::DTYPE_F32, 64);
+  named.samples = 99;
+  auto second = EncodeMessage("job", named, v1::DTYPE_F32, 64);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_EQ(first->size(), 2u);
+  FrameAssembler wire32;
+  ASSERT_TRUE(wire32.Add((*first)[0]).ok());
+  EXPECT_EQ(wire32.Add((*second)[1]).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(wire32.pending(), 0u);
 
   // A first frame cut inside an element (6 of its 64 payload bytes): a
   // narrowed element could straddle two frames.

@@ -17,7 +17,8 @@ namespace pipetrain {
 namespace {
 
 // One split: a byte range of the shared corpus. Immutable after
-// construction; Get is thread-safe.
+// construction; GetInput and GetLabel are thread-safe. Inputs and labels
+// are the same bytes, one apart, so either part needs the whole corpus.
 class CharWindowDataset final : public Dataset {
  public:
   CharWindowDataset(std::shared_ptr<const std::vector<uint8_t>> corpus,
@@ -32,10 +33,17 @@ class CharWindowDataset final : public Dataset {
   Shape label_shape() const override { return {seq_len_}; }
   int64_t num_classes() const override { return kByteVocabulary; }
 
-  void Get(int64_t index, float* input, float* label) const override {
+  DataParts parts() const override { return kAllDataParts; }
+
+  void GetInput(int64_t index, float* input) const override {
     const uint8_t* window = corpus_->data() + begin_ + index;
     for (int64_t t = 0; t < seq_len_; ++t) {
       input[t] = static_cast<float>(window[t]);
+    }
+  }
+  void GetLabel(int64_t index, float* label) const override {
+    const uint8_t* window = corpus_->data() + begin_ + index;
+    for (int64_t t = 0; t < seq_len_; ++t) {
       label[t] = static_cast<float>(window[t + 1]);
     }
   }

@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
@@ -98,7 +100,8 @@ absl::StatusOr<std::string> CheckDataFile(const std::string& path) {
   return resolved;
 }
 
-absl::Status CheckDatasetFiles(const v1::DatasetSpec& spec) {
+absl::Status CheckDatasetFiles(const v1::DatasetSpec& spec, DataParts parts) {
+  if (!parts.any()) return absl::OkStatus();
   if (spec.has_char_corpus()) {
     for (const std::string& file : spec.char_corpus().files()) {
       RETURN_IF_ERROR(CheckDataFile(file).status());
@@ -106,8 +109,14 @@ absl::Status CheckDatasetFiles(const v1::DatasetSpec& spec) {
   }
   if (spec.has_numpy()) {
     const v1::NumpySource& n = spec.numpy();
-    for (const std::string* file : {&n.train_features(), &n.train_labels(),
-                                    &n.eval_features(), &n.eval_labels()}) {
+    std::vector<const std::string*> files;
+    if (parts.inputs) {
+      files.insert(files.end(), {&n.train_features(), &n.eval_features()});
+    }
+    if (parts.labels) {
+      files.insert(files.end(), {&n.train_labels(), &n.eval_labels()});
+    }
+    for (const std::string* file : files) {
       RETURN_IF_ERROR(CheckDataFile(*file).status());
     }
   }
@@ -121,6 +130,17 @@ absl::Status CheckDatasetFiles(const v1::DatasetSpec& spec) {
                                 : spec.fashion_mnist().dir();
     ASSIGN_OR_RETURN(const std::string resolved, Resolve(dir));
     RETURN_IF_ERROR(CheckRoots(GetDataAccessPolicy(), dir, resolved));
+    for (const char* prefix :
+         {kFashionMnistTrainPrefix, kFashionMnistEvalPrefix}) {
+      std::vector<FashionMnistFile> files;
+      if (parts.inputs) files.push_back(kImagesFile);
+      if (parts.labels) files.push_back(kLabelsFile);
+      for (FashionMnistFile file : files) {
+        ASSIGN_OR_RETURN(const std::string path,
+                         FindFashionMnistFile(dir, prefix, file));
+        RETURN_IF_ERROR(CheckDataFile(path).status());
+      }
+    }
   }
   return absl::OkStatus();
 }

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "pipetrain/v1/job.pb.h"
+#include "worker/data/dataset.h"
 
 namespace pipetrain {
 
@@ -46,10 +47,14 @@ DataAccessPolicy GetDataAccessPolicy();
 // not exist. Errors name the path as given.
 absl::StatusOr<std::string> CheckDataFile(const std::string& path);
 
-// Checks every file a dataset spec names (a Fashion-MNIST directory's
-// four files; each character-corpus, .npy and token-shard file) without
-// reading them: what a worker runs before it touches a running stage.
-absl::Status CheckDatasetFiles(const v1::DatasetSpec& spec);
+// Checks, without reading them, the files of a dataset spec that a reader
+// of `parts` opens (OpenDataset): the .npy features files for inputs and
+// the labels files for labels; the Fashion-MNIST directory and its images
+// or labels files; every character-corpus or token-shard file for either
+// part; none for no part (a middle stage). What a worker runs before it
+// touches a running stage. Errors name the file.
+absl::Status CheckDatasetFiles(const v1::DatasetSpec& spec,
+                               DataParts parts = kAllDataParts);
 
 }  // namespace pipetrain
 

@@ -70,10 +70,8 @@ class EpochPermutation {
   std::vector<uint64_t> round_seeds_;
 };
 
-}  // namespace
-
-absl::StatusOr<Batch> GatherBatch(const Dataset& dataset,
-                                  absl::Span<const int64_t> indices) {
+absl::Status CheckIndices(const Dataset& dataset,
+                          absl::Span<const int64_t> indices) {
   const int64_t size = dataset.size();
   for (int64_t index : indices) {
     if (index < 0 || index >= size) {
@@ -82,25 +80,74 @@ absl::StatusOr<Batch> GatherBatch(const Dataset& dataset,
                                                 size, " samples"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckParts(const Dataset& dataset, DataParts wanted) {
+  const DataParts has = dataset.parts();
+  if ((wanted.inputs && !has.inputs) || (wanted.labels && !has.labels)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the dataset was opened without its ",
+                     wanted.inputs && !has.inputs ? "inputs" : "labels"));
+  }
+  return absl::OkStatus();
+}
+
+// A host tensor [batch, sample...].
+absl::StatusOr<Tensor> BatchTensor(int64_t batch, const Shape& sample) {
+  Shape shape = {batch};
+  shape.insert(shape.end(), sample.begin(), sample.end());
+  return Tensor::TryHost(std::move(shape));
+}
+
+}  // namespace
+
+absl::StatusOr<Batch> GatherBatch(const Dataset& dataset,
+                                  absl::Span<const int64_t> indices) {
+  RETURN_IF_ERROR(CheckParts(dataset, kAllDataParts));
+  RETURN_IF_ERROR(CheckIndices(dataset, indices));
+  const int64_t batch = static_cast<int64_t>(indices.size());
   const Shape sample_shape = dataset.sample_shape();
   const Shape label_shape = dataset.label_shape();
-  const int64_t batch = static_cast<int64_t>(indices.size());
-  Shape input_batch_shape = {batch};
-  input_batch_shape.insert(input_batch_shape.end(), sample_shape.begin(),
-                           sample_shape.end());
-  Shape label_batch_shape = {batch};
-  label_batch_shape.insert(label_batch_shape.end(), label_shape.begin(),
-                           label_shape.end());
-
   Batch out;
-  ASSIGN_OR_RETURN(out.inputs, Tensor::TryHost(std::move(input_batch_shape)));
-  ASSIGN_OR_RETURN(out.labels, Tensor::TryHost(std::move(label_batch_shape)));
+  ASSIGN_OR_RETURN(out.inputs, BatchTensor(batch, sample_shape));
+  ASSIGN_OR_RETURN(out.labels, BatchTensor(batch, label_shape));
   const int64_t input_numel = NumElements(sample_shape);
   const int64_t label_numel = NumElements(label_shape);
   float* inputs = out.inputs.f32();
   float* labels = out.labels.f32();
   for (int64_t b = 0; b < batch; ++b) {
     dataset.Get(indices[b], inputs + b * input_numel, labels + b * label_numel);
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> GatherInputs(const Dataset& dataset,
+                                    absl::Span<const int64_t> indices) {
+  RETURN_IF_ERROR(CheckParts(dataset, kInputsOnly));
+  RETURN_IF_ERROR(CheckIndices(dataset, indices));
+  const Shape sample_shape = dataset.sample_shape();
+  ASSIGN_OR_RETURN(Tensor out, BatchTensor(static_cast<int64_t>(indices.size()),
+                                           sample_shape));
+  const int64_t numel = NumElements(sample_shape);
+  float* inputs = out.f32();
+  for (size_t b = 0; b < indices.size(); ++b) {
+    dataset.GetInput(indices[b], inputs + static_cast<int64_t>(b) * numel);
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> GatherLabels(const Dataset& dataset,
+                                    absl::Span<const int64_t> indices) {
+  RETURN_IF_ERROR(CheckParts(dataset, kLabelsOnly));
+  RETURN_IF_ERROR(CheckIndices(dataset, indices));
+  const Shape label_shape = dataset.label_shape();
+  ASSIGN_OR_RETURN(Tensor out, BatchTensor(static_cast<int64_t>(indices.size()),
+                                           label_shape));
+  const int64_t numel = NumElements(label_shape);
+  float* labels = out.f32();
+  for (size_t b = 0; b < indices.size(); ++b) {
+    dataset.GetLabel(indices[b], labels + static_cast<int64_t>(b) * numel);
   }
   return out;
 }
@@ -128,16 +175,20 @@ std::vector<int64_t> SampleOrder::IndicesForStep(int64_t step) const {
 }
 
 absl::StatusOr<DatasetPair> OpenDataset(const v1::DatasetSpec& spec,
-                                        uint64_t seed) {
+                                        uint64_t seed, DataParts parts) {
+  if (!parts.any()) {
+    return absl::InvalidArgumentError(
+        "data: opened for neither inputs nor labels");
+  }
   switch (spec.source_case()) {
     case v1::DatasetSpec::kFashionMnist:
-      return OpenFashionMnist(spec.fashion_mnist());
+      return OpenFashionMnist(spec.fashion_mnist(), parts);
     case v1::DatasetSpec::kCharCorpus:
       return OpenCharCorpus(spec.char_corpus());
     case v1::DatasetSpec::kSynthetic:
       return OpenSynthetic(spec.synthetic(), seed);
     case v1::DatasetSpec::kNumpy:
-      return OpenNumpy(spec.numpy());
+      return OpenNumpy(spec.numpy(), parts);
     case v1::DatasetSpec::kTokenShards:
       return OpenTokenShards(spec.token_shards());
     case v1::DatasetSpec::SOURCE_NOT_SET:

@@ -18,11 +18,28 @@
 namespace pipetrain {
 
 // One mini-batch on the host: inputs [B, sample_shape...] and labels
-// [B, label_shape...] (class ids or next-token ids as exact floats).
+// [B, label_shape...] (class ids or next-token ids as exact floats). A
+// reader of one part leaves the other empty.
 struct Batch {
   Tensor inputs;
   Tensor labels;
 };
+
+// Which parts of the samples a reader needs. A pipeline's stage 0 reads
+// only the inputs and its last stage only the labels (a one-stage pipeline
+// and the in-process trainer both; middle stages nothing). A dataset opened
+// for one part opens only the files that part lies in where the format
+// keeps them apart (.npy features and labels, Fashion-MNIST's images and
+// labels files); a character corpus or a token shard holds both in the
+// same bytes, and synthetic labels are computed from the inputs.
+struct DataParts {
+  bool inputs = true;
+  bool labels = true;
+  bool any() const { return inputs || labels; }
+};
+inline constexpr DataParts kAllDataParts = {true, true};
+inline constexpr DataParts kInputsOnly = {true, false};
+inline constexpr DataParts kLabelsOnly = {false, true};
 
 // A random-access collection of samples. Implementations are immutable after
 // construction and thread-safe.
@@ -30,21 +47,41 @@ class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
-  // Shape of one input sample, e.g. [784] or [T].
+  // Shape of one input sample, e.g. [784] or [T]; [] for a .npy dataset
+  // opened without its inputs (only the features file says).
   virtual Shape sample_shape() const = 0;
   // Shape of one sample's label: [] for a class id, [T] for next tokens.
   virtual Shape label_shape() const = 0;
   // Number of classes (vocabulary size for language models).
   virtual int64_t num_classes() const = 0;
-  // Writes sample `index` (0 <= index < size()) into `input`
-  // (numel(sample_shape) floats) and `label` (numel(label_shape) floats).
-  virtual void Get(int64_t index, float* input, float* label) const = 0;
+  // The parts this dataset can produce: those it was opened for, or both
+  // when its files hold them together.
+  virtual DataParts parts() const = 0;
+  // Writes sample `index`'s (0 <= index < size()) input into `input`
+  // (numel(sample_shape) floats). Requires parts().inputs.
+  virtual void GetInput(int64_t index, float* input) const = 0;
+  // Writes sample `index`'s label into `label` (numel(label_shape)
+  // floats). Requires parts().labels.
+  virtual void GetLabel(int64_t index, float* label) const = 0;
+  // Both at once (what GetInput and GetLabel write). Requires both parts.
+  virtual void Get(int64_t index, float* input, float* label) const {
+    GetInput(index, input);
+    GetLabel(index, label);
+  }
 };
 
-// Copies the samples at `indices` into one host Batch. OutOfRange when an
-// index is outside the dataset.
+// Copies the samples at `indices` into one host Batch, inputs and labels.
+// OutOfRange when an index is outside the dataset; FailedPrecondition when
+// the dataset was opened without a part.
 absl::StatusOr<Batch> GatherBatch(const Dataset& dataset,
                                   absl::Span<const int64_t> indices);
+// Only the inputs [B, sample_shape...] or only the labels [B,
+// label_shape...] of the samples at `indices`; errors as GatherBatch's
+// for the one part.
+absl::StatusOr<Tensor> GatherInputs(const Dataset& dataset,
+                                    absl::Span<const int64_t> indices);
+absl::StatusOr<Tensor> GatherLabels(const Dataset& dataset,
+                                    absl::Span<const int64_t> indices);
 
 // Which samples make up each step's mini-batch: every epoch is a seeded
 // permutation of the dataset, cut into size / batch_size batches (the tail
@@ -80,10 +117,12 @@ struct DatasetPair {
   std::unique_ptr<Dataset> eval;
 };
 
-// Opens the dataset a spec names. NotFound / DataLoss / InvalidArgument
-// errors name the offending file or field.
+// Opens the dataset a spec names, for the parts `parts` names (at least
+// one): only the files those parts lie in are opened and checked. NotFound
+// / DataLoss / InvalidArgument errors name the offending file or field.
 absl::StatusOr<DatasetPair> OpenDataset(const v1::DatasetSpec& spec,
-                                        uint64_t seed);
+                                        uint64_t seed,
+                                        DataParts parts = kAllDataParts);
 
 }  // namespace pipetrain
 

@@ -20,18 +20,23 @@ using ::testing::HasSubstr;
 // which samples it holds.
 class FakeDataset final : public Dataset {
  public:
-  explicit FakeDataset(int64_t size) : size_(size) {}
+  explicit FakeDataset(int64_t size, DataParts parts = kAllDataParts)
+      : size_(size), parts_(parts) {}
   int64_t size() const override { return size_; }
   Shape sample_shape() const override { return {2, 3}; }
   Shape label_shape() const override { return {}; }
   int64_t num_classes() const override { return 7; }
-  void Get(int64_t index, float* input, float* label) const override {
+  DataParts parts() const override { return parts_; }
+  void GetInput(int64_t index, float* input) const override {
     for (int k = 0; k < 6; ++k) input[k] = static_cast<float>(index * 100 + k);
+  }
+  void GetLabel(int64_t index, float* label) const override {
     label[0] = static_cast<float>(index % 7);
   }
 
  private:
   const int64_t size_;
+  const DataParts parts_;
 };
 
 // All indices of epoch `epoch`, in step order.
@@ -156,6 +161,33 @@ TEST(GatherBatchTest, IndexOutsideTheDatasetIsOutOfRange) {
   }
 }
 
+TEST(GatherBatchTest, OnePartGathersWhatTheBatchHolds) {
+  const FakeDataset dataset(10);
+  const std::vector<int64_t> indices = {3, 0, 9};
+  absl::StatusOr<Batch> batch = GatherBatch(dataset, indices);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  const FakeDataset inputs_only(10, kInputsOnly);
+  absl::StatusOr<Tensor> inputs = GatherInputs(inputs_only, indices);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  EXPECT_EQ(inputs->shape(), batch->inputs.shape());
+  EXPECT_EQ(inputs->ToVector(), batch->inputs.ToVector());
+  const FakeDataset labels_only(10, kLabelsOnly);
+  absl::StatusOr<Tensor> labels = GatherLabels(labels_only, indices);
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  EXPECT_EQ(labels->shape(), batch->labels.shape());
+  EXPECT_EQ(labels->ToVector(), batch->labels.ToVector());
+
+  // A part the dataset was not opened for is refused, never read.
+  EXPECT_EQ(GatherLabels(inputs_only, indices).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(GatherInputs(labels_only, indices).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(GatherBatch(labels_only, indices).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(GatherLabels(labels_only, std::vector<int64_t>{10}).status().code(),
+            absl::StatusCode::kOutOfRange);
+}
+
 TEST(OpenDatasetTest, NoSourceIsInvalidArgumentNamingData) {
   absl::StatusOr<DatasetPair> pair = OpenDataset(v1::DatasetSpec(), 1);
   ASSERT_FALSE(pair.ok());
@@ -176,6 +208,8 @@ TEST(OpenDatasetTest, DispatchesOnTheSource) {
   EXPECT_EQ(pair->eval->size(), 20);
   EXPECT_THAT(pair->train->sample_shape(), ElementsAre(4));
   EXPECT_EQ(pair->train->num_classes(), 3);
+  EXPECT_EQ(OpenDataset(spec, 5, DataParts{false, false}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -42,30 +42,40 @@ absl::StatusOr<std::vector<uint32_t>> ReadIdxHeader(ByteFile& file,
   return sizes;
 }
 
-// Immutable after construction; Get is thread-safe.
+// Immutable after construction; GetInput and GetLabel are thread-safe.
+// Opened for one part, it holds that part only (the other vector empty).
 class FashionMnistDataset final : public Dataset {
  public:
-  FashionMnistDataset(std::vector<uint8_t> pixels, std::vector<uint8_t> labels)
-      : pixels_(std::move(pixels)), labels_(std::move(labels)) {
+  FashionMnistDataset(int64_t size, DataParts parts,
+                      std::vector<uint8_t> pixels, std::vector<uint8_t> labels)
+      : size_(size),
+        parts_(parts),
+        pixels_(std::move(pixels)),
+        labels_(std::move(labels)) {
     for (int v = 0; v < 256; ++v) {
       const float scaled = static_cast<float>(v) / 255.0f;
       pixel_to_input_[v] = (scaled - kFashionMnistMean) / kFashionMnistStd;
     }
   }
 
-  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
+  int64_t size() const override { return size_; }
   Shape sample_shape() const override { return {kPixels}; }
   Shape label_shape() const override { return {}; }
   int64_t num_classes() const override { return kFashionMnistClasses; }
+  DataParts parts() const override { return parts_; }
 
-  void Get(int64_t index, float* input, float* label) const override {
+  void GetInput(int64_t index, float* input) const override {
     const uint8_t* image = pixels_.data() + index * kPixels;
     for (int64_t p = 0; p < kPixels; ++p) input[p] = pixel_to_input_[image[p]];
+  }
+  void GetLabel(int64_t index, float* label) const override {
     label[0] = static_cast<float>(labels_[index]);
   }
 
  private:
   // Constant after construction.
+  const int64_t size_;
+  const DataParts parts_;
   const std::vector<uint8_t> pixels_;  // [size, 28 * 28], row-major
   const std::vector<uint8_t> labels_;  // [size]
   std::array<float, 256> pixel_to_input_;
@@ -127,35 +137,60 @@ absl::StatusOr<std::string> FindIdxFile(const std::string& dir,
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> OpenSplit(const std::string& dir,
-                                                   const std::string& prefix) {
-  ASSIGN_OR_RETURN(std::string images,
-                   FindIdxFile(dir, prefix + "-images-idx3-ubyte"));
-  ASSIGN_OR_RETURN(std::string labels,
-                   FindIdxFile(dir, prefix + "-labels-idx1-ubyte"));
-  return LoadFashionMnistSplit(images, labels);
+                                                   const std::string& prefix,
+                                                   DataParts parts) {
+  std::string images;
+  std::string labels;
+  if (parts.inputs) {
+    ASSIGN_OR_RETURN(images, FindFashionMnistFile(dir, prefix, kImagesFile));
+  }
+  if (parts.labels) {
+    ASSIGN_OR_RETURN(labels, FindFashionMnistFile(dir, prefix, kLabelsFile));
+  }
+  return LoadFashionMnistSplit(images, labels, parts);
 }
 
 }  // namespace
 
+absl::StatusOr<std::string> FindFashionMnistFile(const std::string& dir,
+                                                 const std::string& prefix,
+                                                 FashionMnistFile file) {
+  return FindIdxFile(
+      dir, absl::StrCat(prefix, file == kImagesFile ? "-images-idx3-ubyte"
+                                                    : "-labels-idx1-ubyte"));
+}
+
 absl::StatusOr<std::unique_ptr<Dataset>> LoadFashionMnistSplit(
-    const std::string& images_path, const std::string& labels_path) {
-  int64_t image_count = 0;
-  int64_t label_count = 0;
-  ASSIGN_OR_RETURN(std::vector<uint8_t> pixels,
-                   ReadImages(images_path, &image_count));
-  ASSIGN_OR_RETURN(std::vector<uint8_t> labels,
-                   ReadLabels(labels_path, &label_count));
-  if (image_count != label_count) {
+    const std::string& images_path, const std::string& labels_path,
+    DataParts parts) {
+  if (!parts.any()) {
+    return absl::InvalidArgumentError("data.fashion_mnist: opened for no part");
+  }
+  int64_t image_count = -1;
+  int64_t label_count = -1;
+  std::vector<uint8_t> pixels;
+  std::vector<uint8_t> labels;
+  if (parts.inputs) {
+    ASSIGN_OR_RETURN(pixels, ReadImages(images_path, &image_count));
+  }
+  if (parts.labels) {
+    ASSIGN_OR_RETURN(labels, ReadLabels(labels_path, &label_count));
+    if (label_count == 0) {
+      return absl::DataLossError(absl::StrCat(labels_path, " holds no labels"));
+    }
+  }
+  if (parts.inputs && parts.labels && image_count != label_count) {
     return absl::DataLossError(absl::StrCat(images_path, " holds ", image_count,
                                             " images but ", labels_path,
                                             " holds ", label_count, " labels"));
   }
   return std::unique_ptr<Dataset>(
-      new FashionMnistDataset(std::move(pixels), std::move(labels)));
+      new FashionMnistDataset(parts.inputs ? image_count : label_count, parts,
+                              std::move(pixels), std::move(labels)));
 }
 
 absl::StatusOr<DatasetPair> OpenFashionMnist(
-    const v1::FashionMnistSource& source) {
+    const v1::FashionMnistSource& source, DataParts parts) {
   const std::string dir = source.dir().empty()
                               ? std::string(kDefaultFashionMnistDir)
                               : source.dir();
@@ -166,8 +201,8 @@ absl::StatusOr<DatasetPair> OpenFashionMnist(
         "dataset-fashion-mnist)"));
   }
   DatasetPair pair;
-  ASSIGN_OR_RETURN(pair.train, OpenSplit(dir, "train"));
-  ASSIGN_OR_RETURN(pair.eval, OpenSplit(dir, "t10k"));
+  ASSIGN_OR_RETURN(pair.train, OpenSplit(dir, kFashionMnistTrainPrefix, parts));
+  ASSIGN_OR_RETURN(pair.eval, OpenSplit(dir, kFashionMnistEvalPrefix, parts));
   return pair;
 }
 

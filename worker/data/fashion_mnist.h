@@ -34,18 +34,36 @@ inline constexpr float kFashionMnistStd = 0.3530f;
 inline constexpr uint32_t kIdxImagesMagic = 0x00000803;
 inline constexpr uint32_t kIdxLabelsMagic = 0x00000801;
 
-// Loads one split from an images file and a labels file (gzip or plain).
-// NotFound when a file is missing; InvalidArgument for a wrong magic number;
-// DataLoss for wrong image dimensions, mismatched counts, labels outside
-// 0..9 or files shorter than their headers promise. Messages name the file.
+// The file name prefixes of the two splits.
+inline constexpr char kFashionMnistTrainPrefix[] = "train";
+inline constexpr char kFashionMnistEvalPrefix[] = "t10k";
+
+// The two files of a split.
+enum FashionMnistFile { kImagesFile, kLabelsFile };
+
+// The path of a split's images or labels file in `dir`:
+// "<prefix>-images-idx3-ubyte" or "<prefix>-labels-idx1-ubyte", with ".gz"
+// when that exists, else plain; NotFound naming both when neither does.
+absl::StatusOr<std::string> FindFashionMnistFile(const std::string& dir,
+                                                 const std::string& prefix,
+                                                 FashionMnistFile file);
+
+// Loads one split from an images file and a labels file (gzip or plain),
+// reading only the images for inputs and only the labels for labels (the
+// other path is not opened and may be empty). NotFound when a file is
+// missing; InvalidArgument for a wrong magic number; DataLoss for wrong
+// image dimensions, mismatched counts (both parts), an empty file, labels
+// outside 0..9 or files shorter than their headers promise. Messages name
+// the file.
 absl::StatusOr<std::unique_ptr<Dataset>> LoadFashionMnistSplit(
-    const std::string& images_path, const std::string& labels_path);
+    const std::string& images_path, const std::string& labels_path,
+    DataParts parts = kAllDataParts);
 
 // Opens the train ("train-*") and evaluation ("t10k-*") splits from
-// source.dir, or kDefaultFashionMnistDir when it is empty. Each file is
-// looked up as "<name>.gz" first, then as the plain "<name>".
+// source.dir, or kDefaultFashionMnistDir when it is empty: for `parts`,
+// only the images files, only the labels files, or both.
 absl::StatusOr<DatasetPair> OpenFashionMnist(
-    const v1::FashionMnistSource& source);
+    const v1::FashionMnistSource& source, DataParts parts = kAllDataParts);
 
 }  // namespace pipetrain
 

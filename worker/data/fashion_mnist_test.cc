@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/data/byte_file.h"
+#include "worker/data/data_access.h"
 
 namespace pipetrain {
 namespace {
@@ -133,6 +134,49 @@ TEST_P(FashionMnistFilesTest, ReadsWrittenFiles) {
   EXPECT_FLOAT_EQ(input[254], Normalized(255));
   EXPECT_FLOAT_EQ(input[255], Normalized(0));
   EXPECT_FLOAT_EQ(input[783], Normalized((1 + 783) % 256));
+}
+
+// A reader of one part opens only that part's files: the images without
+// the labels files, the labels without the images files.
+TEST_P(FashionMnistFilesTest, EachPartReadsOnlyItsFiles) {
+  Write("train-images-idx3-ubyte", ImagesFile(3));
+  Write("t10k-images-idx3-ubyte", ImagesFile(2));
+  absl::StatusOr<DatasetPair> inputs = OpenFashionMnist(Source(), kInputsOnly);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  EXPECT_EQ(inputs->train->size(), 3);
+  EXPECT_EQ(inputs->eval->size(), 2);
+  EXPECT_FALSE(inputs->train->parts().labels);
+  std::vector<float> input(784);
+  inputs->train->GetInput(1, input.data());
+  EXPECT_FLOAT_EQ(input[0], Normalized(1));
+  EXPECT_THAT(OpenFashionMnist(Source()).status().message(),
+              HasSubstr("train-labels-idx1-ubyte"));
+  v1::DatasetSpec spec;
+  *spec.mutable_fashion_mnist() = Source();
+  EXPECT_TRUE(CheckDatasetFiles(spec, kInputsOnly).ok());
+  EXPECT_THAT(CheckDatasetFiles(spec, kLabelsOnly).message(),
+              HasSubstr("train-labels-idx1-ubyte"));
+
+  std::error_code error;
+  std::filesystem::remove_all(dir_, error);
+  ASSERT_TRUE(std::filesystem::create_directories(dir_, error)) << dir_;
+  Write("train-labels-idx1-ubyte", LabelsFile({0, 9, 4, 7}));
+  Write("t10k-labels-idx1-ubyte", LabelsFile({3}));
+  absl::StatusOr<DatasetPair> labels = OpenFashionMnist(Source(), kLabelsOnly);
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  EXPECT_EQ(labels->train->size(), 4);
+  EXPECT_EQ(labels->eval->size(), 1);
+  EXPECT_FALSE(labels->train->parts().inputs);
+  float label = -1.0f;
+  labels->train->GetLabel(3, &label);
+  EXPECT_EQ(label, 7.0f);
+  EXPECT_THAT(OpenFashionMnist(Source(), kInputsOnly).status().message(),
+              HasSubstr("train-images-idx3-ubyte"));
+  EXPECT_TRUE(CheckDatasetFiles(spec, kLabelsOnly).ok());
+  EXPECT_THAT(CheckDatasetFiles(spec, kInputsOnly).message(),
+              HasSubstr("train-images-idx3-ubyte"));
+  // Nothing for a stage that reads no part.
+  EXPECT_TRUE(CheckDatasetFiles(spec, DataParts{false, false}).ok());
 }
 
 TEST_P(FashionMnistFilesTest, MissingDirectoryIsNotFoundNamingIt) {

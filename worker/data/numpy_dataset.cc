@@ -18,7 +18,9 @@ std::string ShapeText(const NpyHeader& header) {
                       absl::StrJoin(header.shape, ", "), ")");
 }
 
-// Immutable after construction; Get is thread-safe.
+// Immutable after construction; GetInput and GetLabel are thread-safe.
+// Opened for one part, it holds only that part's file (`features` or
+// `labels` then has no file).
 class NumpyDataset final : public Dataset {
  public:
   NumpyDataset(NpyArray features, NpyArray labels, int64_t classes, float scale,
@@ -29,22 +31,27 @@ class NumpyDataset final : public Dataset {
         scale_(scale),
         mean_(mean),
         std_(std),
-        sample_numel_(features_.header.shape[0] == 0
+        size_(features_.file != nullptr ? features_.header.shape[0]
+                                        : labels_.header.shape[0]),
+        sample_numel_(features_.file == nullptr || size_ == 0
                           ? 0
-                          : features_.header.elements /
-                                features_.header.shape[0]) {
+                          : features_.header.elements / size_) {
     for (int v = 0; v < 256; ++v) byte_to_input_[v] = Transform(v);
   }
 
-  int64_t size() const override { return features_.header.shape[0]; }
+  int64_t size() const override { return size_; }
   Shape sample_shape() const override {
+    if (features_.file == nullptr) return {};
     return Shape(features_.header.shape.begin() + 1,
                  features_.header.shape.end());
   }
   Shape label_shape() const override { return {}; }
   int64_t num_classes() const override { return classes_; }
+  DataParts parts() const override {
+    return {features_.file != nullptr, labels_.file != nullptr};
+  }
 
-  void Get(int64_t index, float* input, float* label) const override {
+  void GetInput(int64_t index, float* input) const override {
     const uint8_t* base = features_.data();
     if (features_.header.dtype == NpyDtype::kUint8) {
       const uint8_t* sample = base + index * sample_numel_;
@@ -57,6 +64,9 @@ class NumpyDataset final : public Dataset {
       for (int64_t k = 0; k < sample_numel_; ++k)
         input[k] = Transform(input[k]);
     }
+  }
+
+  void GetLabel(int64_t index, float* label) const override {
     label[0] = static_cast<float>(
         NpyIntegerAt(labels_.data(), labels_.header.dtype, index));
   }
@@ -69,6 +79,7 @@ class NumpyDataset final : public Dataset {
   const NpyArray labels_;
   const int64_t classes_;
   const float scale_, mean_, std_;
+  const int64_t size_;
   const int64_t sample_numel_;
   std::array<float, 256> byte_to_input_;
 };
@@ -94,8 +105,10 @@ absl::Status CheckFeatures(const NpyHeader& h, const std::string& field,
   return absl::OkStatus();
 }
 
-// Labels: [N] integers matching the features' N, each in 0..classes-1.
-// The range check reads every label once (N small integers).
+// Labels: [N] integers, each in 0..classes-1, and as many as the
+// features' N when the features are open too (`samples` >= 0; -1 when
+// they are not). The range check reads every label once (N small
+// integers).
 absl::Status CheckLabels(const NpyArray& labels, const std::string& field,
                          int64_t samples, const std::string& features_field,
                          int64_t classes) {
@@ -105,12 +118,16 @@ absl::Status CheckLabels(const NpyArray& labels, const std::string& field,
         absl::StrCat(field, ": labels are ", ShapeText(h),
                      "; expected a 1-D integer array (uint8, int32, int64)"));
   }
-  if (h.shape[0] != samples) {
+  if (samples >= 0 && h.shape[0] != samples) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " holds ", h.shape[0], " labels but ",
                      features_field, " holds ", samples, " samples"));
   }
-  for (int64_t i = 0; i < samples; ++i) {
+  if (h.shape[0] == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": labels are ", ShapeText(h), "; expected at least one label"));
+  }
+  for (int64_t i = 0; i < h.shape[0]; ++i) {
     const int64_t label = NpyIntegerAt(labels.data(), h.dtype, i);
     if (label < 0 || label >= classes) {
       return absl::DataLossError(absl::StrCat(
@@ -141,21 +158,32 @@ absl::StatusOr<NpyArray> OpenNpyArray(const std::string& path,
 
 absl::StatusOr<std::unique_ptr<Dataset>> LoadNumpySplit(
     const v1::NumpySource& source, const std::string& features_path,
-    const std::string& labels_path, const std::string& split) {
+    const std::string& labels_path, const std::string& split, DataParts parts) {
+  if (!parts.any()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.numpy.", split, ": opened for no part"));
+  }
   const std::string features_field =
       absl::StrCat("data.numpy.", split, "_features ", features_path);
   const std::string labels_field =
       absl::StrCat("data.numpy.", split, "_labels ", labels_path);
-  ASSIGN_OR_RETURN(
-      NpyArray features,
-      OpenNpyArray(features_path,
-                   absl::StrCat("data.numpy.", split, "_features")));
-  RETURN_IF_ERROR(CheckFeatures(features.header, features_field, source));
-  ASSIGN_OR_RETURN(
-      NpyArray labels,
-      OpenNpyArray(labels_path, absl::StrCat("data.numpy.", split, "_labels")));
-  RETURN_IF_ERROR(CheckLabels(labels, labels_field, features.header.shape[0],
-                              features_field, source.classes()));
+  NpyArray features;
+  int64_t samples = -1;
+  if (parts.inputs) {
+    ASSIGN_OR_RETURN(
+        features, OpenNpyArray(features_path, absl::StrCat("data.numpy.", split,
+                                                           "_features")));
+    RETURN_IF_ERROR(CheckFeatures(features.header, features_field, source));
+    samples = features.header.shape[0];
+  }
+  NpyArray labels;
+  if (parts.labels) {
+    ASSIGN_OR_RETURN(
+        labels, OpenNpyArray(labels_path,
+                             absl::StrCat("data.numpy.", split, "_labels")));
+    RETURN_IF_ERROR(CheckLabels(labels, labels_field, samples, features_field,
+                                source.classes()));
+  }
   const float scale = source.scale() == 0 ? 1.0f : source.scale();
   const float std = source.std() == 0 ? 1.0f : source.std();
   return std::make_unique<NumpyDataset>(std::move(features), std::move(labels),
@@ -163,13 +191,16 @@ absl::StatusOr<std::unique_ptr<Dataset>> LoadNumpySplit(
                                         std);
 }
 
-absl::StatusOr<DatasetPair> OpenNumpy(const v1::NumpySource& source) {
+absl::StatusOr<DatasetPair> OpenNumpy(const v1::NumpySource& source,
+                                      DataParts parts) {
   RETURN_IF_ERROR(ValidateNumpySource(source));
   DatasetPair pair;
-  ASSIGN_OR_RETURN(pair.train, LoadNumpySplit(source, source.train_features(),
-                                              source.train_labels(), "train"));
-  ASSIGN_OR_RETURN(pair.eval, LoadNumpySplit(source, source.eval_features(),
-                                             source.eval_labels(), "eval"));
+  ASSIGN_OR_RETURN(pair.train,
+                   LoadNumpySplit(source, source.train_features(),
+                                  source.train_labels(), "train", parts));
+  ASSIGN_OR_RETURN(pair.eval,
+                   LoadNumpySplit(source, source.eval_features(),
+                                  source.eval_labels(), "eval", parts));
   return pair;
 }
 

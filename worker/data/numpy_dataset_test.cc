@@ -152,6 +152,60 @@ TEST_F(NumpyDatasetTest, BadFilesAreClearErrorsNamingTheFile) {
   }
 }
 
+// A reader of the inputs maps only the features files, a reader of the
+// labels only the labels files; each reads what a reader of both reads.
+TEST_F(NumpyDatasetTest, EachPartOpensOnlyItsFiles) {
+  absl::StatusOr<DatasetPair> both =
+      OpenNumpy(Source("f32.npy", "labels_int32.npy"));
+  ASSERT_TRUE(both.ok()) << both.status();
+  absl::StatusOr<DatasetPair> inputs =
+      OpenNumpy(Source("f32.npy", "missing.npy"), kInputsOnly);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  absl::StatusOr<DatasetPair> labels =
+      OpenNumpy(Source("missing.npy", "labels_int32.npy"), kLabelsOnly);
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  EXPECT_EQ(inputs->train->size(), 5);
+  EXPECT_EQ(labels->train->size(), 5);
+  EXPECT_EQ(inputs->train->sample_shape(), Shape({2, 3}));
+  EXPECT_FALSE(inputs->train->parts().labels);
+  EXPECT_FALSE(labels->train->parts().inputs);
+  for (int64_t i = 0; i < 5; ++i) {
+    float want_label = -1;
+    const std::vector<float> want = Sample(*both->train, i, &want_label);
+    std::vector<float> x(6);
+    inputs->train->GetInput(i, x.data());
+    EXPECT_EQ(x, want) << i;
+    float label = -1;
+    labels->train->GetLabel(i, &label);
+    EXPECT_EQ(label, want_label) << i;
+  }
+  // Each part's errors still name its field and file.
+  const absl::Status bad_labels =
+      OpenNumpy(Source("missing.npy", "labels_out_of_range.npy"), kLabelsOnly)
+          .status();
+  EXPECT_THAT(std::string(bad_labels.message()),
+              HasSubstr("data.numpy.train_labels"));
+  EXPECT_THAT(std::string(bad_labels.message()),
+              HasSubstr("labels_out_of_range.npy"));
+  const absl::Status bad_features =
+      OpenNumpy(Source("f64.npy", "missing.npy"), kInputsOnly).status();
+  EXPECT_THAT(std::string(bad_features.message()),
+              HasSubstr("data.numpy.train_features"));
+  // The worker's checks too: only the files of the parts it will read.
+  v1::DatasetSpec spec;
+  *spec.mutable_numpy() = Source("f32.npy", "missing.npy");
+  EXPECT_TRUE(CheckDatasetFiles(spec, kInputsOnly).ok());
+  EXPECT_THAT(std::string(CheckDatasetFiles(spec, kLabelsOnly).message()),
+              HasSubstr("missing.npy"));
+  EXPECT_THAT(std::string(CheckDatasetFiles(spec).message()),
+              HasSubstr("missing.npy"));
+  *spec.mutable_numpy() = Source("missing.npy", "labels_int32.npy");
+  EXPECT_TRUE(CheckDatasetFiles(spec, kLabelsOnly).ok());
+  EXPECT_THAT(std::string(CheckDatasetFiles(spec, kInputsOnly).message()),
+              HasSubstr("missing.npy"));
+  EXPECT_TRUE(CheckDatasetFiles(spec, DataParts{false, false}).ok());
+}
+
 TEST_F(NumpyDatasetTest, FilesOutsideTheDataRootsAreRefused) {
   ASSERT_TRUE(SetDataAccessPolicy({{"/usr/share/datasets"}, 1 << 20}).ok());
   const absl::Status status = LoadError(Source("f32.npy", "labels_int64.npy"));

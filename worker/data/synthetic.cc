@@ -34,7 +34,9 @@ float GaussianAt(uint64_t seed, uint64_t index) {
 // The teacher weights W[classes, features], shared by both splits.
 using Teacher = std::vector<float>;
 
-// One split. Immutable after construction; Get is thread-safe.
+// One split. Immutable after construction; GetInput, GetLabel and Get are
+// thread-safe. A label is computed from its sample's features, so a reader
+// of labels alone generates them too (and drops them).
 class SyntheticDataset final : public Dataset {
  public:
   SyntheticDataset(std::shared_ptr<const Teacher> teacher, int64_t features,
@@ -50,12 +52,30 @@ class SyntheticDataset final : public Dataset {
   Shape label_shape() const override { return {}; }
   int64_t num_classes() const override { return classes_; }
 
-  void Get(int64_t index, float* input, float* label) const override {
+  DataParts parts() const override { return kAllDataParts; }
+
+  void GetInput(int64_t index, float* input) const override {
     const uint64_t sample_seed = math::SplitMix64(
         stream_seed_ ^ math::SplitMix64(static_cast<uint64_t>(index)));
     for (int64_t f = 0; f < features_; ++f) {
       input[f] = GaussianAt(sample_seed, static_cast<uint64_t>(f));
     }
+  }
+
+  void GetLabel(int64_t index, float* label) const override {
+    std::vector<float> input(static_cast<size_t>(features_));
+    GetInput(index, input.data());
+    label[0] = static_cast<float>(TeacherClass(input.data()));
+  }
+
+  void Get(int64_t index, float* input, float* label) const override {
+    GetInput(index, input);
+    label[0] = static_cast<float>(TeacherClass(input));
+  }
+
+ private:
+  // The teacher's argmax over classes for one sample's features.
+  int64_t TeacherClass(const float* input) const {
     int64_t best_class = 0;
     double best_score = 0.0;
     for (int64_t c = 0; c < classes_; ++c) {
@@ -67,10 +87,9 @@ class SyntheticDataset final : public Dataset {
         best_score = score;
       }
     }
-    label[0] = static_cast<float>(best_class);
+    return best_class;
   }
 
- private:
   // Constant after construction.
   const std::shared_ptr<const Teacher> teacher_;
   const int64_t features_;

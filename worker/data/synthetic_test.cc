@@ -96,6 +96,21 @@ TEST(SyntheticTest, LabelsAreClassIdsAndEveryClassOccurs) {
   }
 }
 
+// Either part alone (a pipeline's two ends) is what Get gives together.
+TEST(SyntheticTest, InputsAndLabelsAloneEqualBoth) {
+  const DatasetPair pair = OpenOrDie(6);
+  ASSERT_NE(pair.train, nullptr);
+  for (int64_t i = 0; i < 50; ++i) {
+    const Sample both = GetSample(*pair.train, i);
+    std::vector<float> features(kFeatures);
+    pair.train->GetInput(i, features.data());
+    float label = -1.0f;
+    pair.train->GetLabel(i, &label);
+    EXPECT_EQ(features, both.features) << i;
+    EXPECT_EQ(label, both.label) << i;
+  }
+}
+
 TEST(SyntheticTest, FeaturesAreStandardNormal) {
   const DatasetPair pair = OpenOrDie(4);
   ASSERT_NE(pair.train, nullptr);

@@ -23,7 +23,9 @@ struct TokenArray {
   }
 };
 
-// Immutable after construction; Get is thread-safe.
+// Immutable after construction; GetInput and GetLabel are thread-safe.
+// Inputs and labels are the same tokens, one apart: either part maps the
+// shard.
 class TokenShardDataset final : public Dataset {
  public:
   TokenShardDataset(TokenArray tokens, int64_t seq_len, int64_t vocab_size)
@@ -34,9 +36,15 @@ class TokenShardDataset final : public Dataset {
   Shape label_shape() const override { return {seq_len_}; }
   int64_t num_classes() const override { return vocab_; }
 
-  void Get(int64_t index, float* input, float* label) const override {
+  DataParts parts() const override { return kAllDataParts; }
+
+  void GetInput(int64_t index, float* input) const override {
     for (int64_t t = 0; t < seq_len_; ++t) {
       input[t] = static_cast<float>(tokens_.At(index + t));
+    }
+  }
+  void GetLabel(int64_t index, float* label) const override {
+    for (int64_t t = 0; t < seq_len_; ++t) {
       label[t] = static_cast<float>(tokens_.At(index + t + 1));
     }
   }

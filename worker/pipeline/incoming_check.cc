@@ -38,7 +38,6 @@ IncomingCheck::IncomingCheck(const StageSetup& setup, bool first, bool last,
                              std::vector<Shape> chunk_outputs)
     : micro_batches_(setup.params.micro_batches),
       rows_(setup.rows_per_micro_batch),
-      label_shape_(setup.label_shape),
       first_(first),
       last_(last),
       chunk_inputs_(std::move(chunk_inputs)),
@@ -95,10 +94,15 @@ absl::Status IncomingCheck::CheckActivation(const StageMessage& msg,
   if (IsFirstVirtual(msg.chunk)) {
     return absl::InvalidArgumentError("stage 0 takes no activations");
   }
-  if (msg.tensors.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an activation carries 2 tensors (activation, labels), got ",
-        msg.tensors.size()));
+  if (msg.tensors.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an activation carries 1 tensor (no labels), got ",
+                     msg.tensors.size()));
+  }
+  if (msg.samples <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an activation names a split of ", msg.samples,
+                     " samples (stage 0's, at least 1)"));
   }
   const bool evaluation = msg.kind == MessageKind::kEvalActivation;
   const double v = msg.value;
@@ -111,9 +115,8 @@ absl::Status IncomingCheck::CheckActivation(const StageMessage& msg,
     return absl::InvalidArgumentError(
         absl::StrCat("an activation marked ", v, " (unknown)"));
   }
-  RETURN_IF_ERROR(CheckTensor(
-      msg.tensors[0], Rows(rows, chunk_inputs_[msg.chunk]), "activation"));
-  return CheckTensor(msg.tensors[1], Rows(rows, label_shape_), "labels");
+  return CheckTensor(msg.tensors[0], Rows(rows, chunk_inputs_[msg.chunk]),
+                     "activation");
 }
 
 absl::Status IncomingCheck::CheckGradient(const StageMessage& msg) const {

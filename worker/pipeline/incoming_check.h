@@ -1,6 +1,7 @@
 // IncomingCheck: what a stage accepts from its neighbours, derived once
 // from its config: which kinds of message each model chunk takes and the
-// float32 tensors each carries. The network edge calls it before anything
+// float32 tensor each carries (an activation or a gradient; labels never
+// travel). The network edge calls it before anything
 // reaches the mailbox, so a malformed message ends only its stream.
 //
 // Immutable and thread-safe.
@@ -45,7 +46,6 @@ class IncomingCheck {
 
   const int64_t micro_batches_;
   const int64_t rows_;  // per micro-batch
-  const Shape label_shape_;
   const bool first_;
   const bool last_;
   const std::vector<Shape> chunk_inputs_;

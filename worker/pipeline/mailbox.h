@@ -19,21 +19,21 @@
 namespace pipetrain {
 
 enum class MessageKind {
-  kActivation = 0,   // downstream: a micro-batch's output (+ labels)
+  kActivation = 0,   // downstream: a micro-batch's output
   kGradient = 1,     // upstream: dL/d(input) of a micro-batch
   kNormPartial = 2,  // upstream: partial sum of squared gradient norms
   kNormTotal = 3,    // downstream: the global sum of squares
-  // Downstream: a micro-batch's output in an evaluation pass (+ labels);
-  // forward only, no gradient comes back.
+  // Downstream: a micro-batch's output in an evaluation pass; forward
+  // only, no gradient comes back.
   kEvalActivation = 4,
 };
 
 const char* MessageKindName(MessageKind kind);
 
 // One message between neighbouring stages. Activations and gradients carry
-// their tensor first (tensors[0], the payload, which the network edge may
-// narrow to the stage's wire dtype in transit); an activation's labels
-// follow it and always travel exactly.
+// one tensor (tensors[0], the payload, which the network edge may narrow to
+// the stage's wire dtype in transit). Labels never travel: the last stage
+// reads them itself (stage_data.h).
 struct StageMessage {
   MessageKind kind = MessageKind::kActivation;
   // Evaluation activations: the evaluation pass (numbered alike on every
@@ -49,6 +49,10 @@ struct StageMessage {
   // the step ends (StepEnd). Evaluation activations: 1 on the pass's last
   // micro-batch.
   double value = 0.0;
+  // Activations (training and evaluation): the number of samples in the
+  // split stage 0 reads its inputs from, which the last stage checks
+  // against its labels'. 0 in other messages.
+  int64_t samples = 0;
 };
 
 // Where a stage sends messages for one neighbour. Implementations queue the

@@ -54,9 +54,10 @@ absl::Status StageCompute::Build() {
     stash_ = std::make_unique<WeightStash>(backend_, all_params_);
   }
   if (is_last()) loss_ = std::make_unique<SoftmaxCrossEntropyLoss>(backend_);
-  if (is_first()) {
-    ASSIGN_OR_RETURN(input_,
-                     StageInput::Open(spec, models_.front()->input_shape()));
+  const DataParts parts = StageDataParts(config_);
+  if (parts.any()) {
+    ASSIGN_OR_RETURN(
+        data_, StageData::Open(spec, parts, models_.front()->input_shape()));
   }
   // Versions count optimizer steps: M per step under the async schedule.
   weight_version_ = setup_.per_micro_batch_update
@@ -159,8 +160,9 @@ absl::Status StageCompute::Execute(const Instruction& in, StepState* state,
 
 absl::Status StageCompute::LoadInput(int mb, StepState* state) {
   if (state->inputs.empty()) {
+    // A one-stage pipeline reads the labels with the inputs.
     ASSIGN_OR_RETURN(Batch batch,
-                     input_->TrainBatch(state->step, state->read_ahead));
+                     data_->TrainBatch(state->step, state->read_ahead));
     state->inputs = batch.inputs;
     state->labels = batch.labels;
   }
@@ -169,7 +171,7 @@ absl::Status StageCompute::LoadInput(int mb, StepState* state) {
   MicroBatch& micro = Micro(state, mb, 0);
   ASSIGN_OR_RETURN(Tensor x, state->inputs.SliceRows(begin, begin + rows));
   ASSIGN_OR_RETURN(micro.input, OnBackend(x));
-  ASSIGN_OR_RETURN(micro.labels, state->labels.SliceRows(begin, begin + rows));
+  micro.data_samples = data_->train_size();
   counters_.Hold(micro.input.bytes());
   return absl::OkStatus();
 }
@@ -181,7 +183,7 @@ absl::Status StageCompute::ReceiveActivation(int mb, int chunk,
                                   chunk, &counters_.idle_seconds));
   MicroBatch& micro = Micro(state, mb, chunk);
   ASSIGN_OR_RETURN(micro.input, OnBackend(msg.tensors.at(0)));
-  micro.labels = msg.tensors.at(1);
+  micro.data_samples = msg.samples;
   if (setup_.cross_step && msg.value != 0.0) {
     state->end = static_cast<StepEnd>(static_cast<int>(msg.value));
   }
@@ -232,17 +234,32 @@ absl::Status StageCompute::SendActivation(int mb, int chunk, StepState* state) {
   msg.chunk = DownstreamChunk(chunk);
   msg.weight_version = micro.version;  // what vertical sync propagates
   msg.value = static_cast<double>(static_cast<int>(state->end));
+  msg.samples = micro.data_samples;
   ASSIGN_OR_RETURN(Tensor output, HostCopy(micro.output));
-  msg.tensors = {output, micro.labels};
+  msg.tensors = {output};
   counters_.held_bytes -= micro.output.bytes();
   micro.output = Tensor();
   return port_->SendDownstream(std::move(msg));
 }
 
+absl::StatusOr<Tensor> StageCompute::Labels(int mb, int chunk,
+                                            StepState* state) {
+  RETURN_IF_ERROR(data_->CheckUpstreamSize(Micro(state, mb, chunk).data_samples,
+                                           /*eval=*/false));
+  if (state->labels.empty()) {
+    ASSIGN_OR_RETURN(Batch batch,
+                     data_->TrainBatch(state->step, state->read_ahead));
+    state->labels = batch.labels;
+  }
+  const int64_t rows = setup_.rows_per_micro_batch;
+  return state->labels.SliceRows(mb * rows, (mb + 1) * rows);
+}
+
 absl::Status StageCompute::Loss(int mb, int chunk, StepState* state) {
   const auto start = Clock::now();
   MicroBatch& micro = Micro(state, mb, chunk);
-  ASSIGN_OR_RETURN(Tensor labels, ToDevice(backend_, micro.labels));
+  ASSIGN_OR_RETURN(Tensor host_labels, Labels(mb, chunk, state));
+  ASSIGN_OR_RETURN(Tensor labels, ToDevice(backend_, host_labels));
   LayerContext ctx;
   ASSIGN_OR_RETURN(LossStats stats, loss_->Forward(micro.output, labels, &ctx));
   state->loss.Add(stats);

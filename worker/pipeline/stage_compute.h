@@ -2,8 +2,9 @@
 // of a schedule (spec/schedule.h): load input, receive / send
 // activations and gradients, forward, loss, backward (whole, or split into
 // B and W), recompute, optimizer step. It owns what they work on: the
-// stage's model chunks, optimizer, loss, weight stash and (stage 0) input;
-// the stage executor decides which instruction runs when.
+// stage's model chunks, optimizer, loss, weight stash and data (stage 0
+// the inputs, the last stage the labels, stage_data.h); the stage executor
+// decides which instruction runs when.
 //
 // Messages carry float32 host tensors; narrowing to the wire dtype is the
 // network edge's business. Under the cross-step schedules each forward pins
@@ -29,7 +30,7 @@
 #include "worker/nn/model.h"
 #include "worker/nn/optimizer.h"
 #include "worker/pipeline/stage_config.h"
-#include "worker/pipeline/stage_input.h"
+#include "worker/pipeline/stage_data.h"
 #include "worker/pipeline/stage_metrics.h"
 #include "worker/pipeline/stage_port.h"
 #include "worker/pipeline/stage_state.h"
@@ -50,8 +51,9 @@ class StageCompute {
  public:
   // Builds the model chunks (with config.initial_weights when given), the
   // optimizer, the stash (cross-step schedules), the loss (last stage) and
-  // the input (stage 0). `backend`, `metrics` (may be null) and `port` are
-  // borrowed and must outlive it.
+  // the data (StageDataParts: stage 0's inputs, the last stage's labels).
+  // `backend`, `metrics` (may be null) and `port` are borrowed and must outlive
+  // it.
   static absl::StatusOr<std::unique_ptr<StageCompute>> Create(
       const v1::StageConfig& config, StageSetup setup, Backend* backend,
       StageMetrics* metrics, StagePort* port, const StageOptions& options);
@@ -86,10 +88,12 @@ class StageCompute {
   // The one optimizer of every chunk's parameters.
   Optimizer* optimizer() const { return optimizer_.get(); }
   SoftmaxCrossEntropyLoss* loss() const { return loss_.get(); }  // last stage
-  StageInput* input() const { return input_.get(); }             // stage 0
+  // Stage 0 and the last stage (null elsewhere).
+  StageData* data() const { return data_.get(); }
   bool is_first() const { return config_.stage() == 0; }
   bool is_last() const { return config_.stage() == config_.num_stages() - 1; }
-  // Virtual stage 0 (loads the data) and the last one (computes the loss).
+  // Virtual stage 0 (loads the inputs) and the last one (reads the labels
+  // and computes the loss).
   bool IsFirstVirtual(int chunk) const { return is_first() && chunk == 0; }
   bool IsLastVirtual(int chunk) const {
     return is_last() && chunk == num_chunks() - 1;
@@ -125,6 +129,9 @@ class StageCompute {
   absl::Status Forward(int mb, int chunk, StepState* state, WeightUse* use);
   absl::Status SendActivation(int mb, int chunk, StepState* state);
   absl::Status Loss(int mb, int chunk, StepState* state);
+  // The last stage: micro-batch mb's labels (host), read with the step's
+  // first, after checking stage 0's split size the micro-batch carries.
+  absl::StatusOr<Tensor> Labels(int mb, int chunk, StepState* state);
   absl::Status ReceiveGradient(int mb, int chunk, StepState* state);
   absl::Status Backward(int mb, int chunk, StepState* state, WeightUse* use);
   // Zero-bubble halves of Backward: B keeps in the micro-batch's contexts
@@ -152,7 +159,7 @@ class StageCompute {
   std::vector<Param*> all_params_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<SoftmaxCrossEntropyLoss> loss_;  // last stage
-  std::unique_ptr<StageInput> input_;              // stage 0
+  std::unique_ptr<StageData> data_;                // stage 0 and the last stage
   std::unique_ptr<WeightStash> stash_;             // cross-step schedules
 
   StepCounters counters_;

@@ -126,8 +126,6 @@ absl::StatusOr<StageSetup> DecodeStageConfig(const v1::StageConfig& config) {
   StageSetup setup;
   const int64_t m = std::max<int64_t>(1, spec.micro_batches());
   setup.rows_per_micro_batch = spec.batch_size() / m;
-  setup.label_shape = shapes.back();
-  setup.label_shape.pop_back();
   ScheduleParams& params = setup.params;
   ASSIGN_OR_RETURN(params.kind, ScheduleKindFromProto(config.schedule()));
   RETURN_IF_ERROR(CheckOptions(config, params.kind));
@@ -159,10 +157,11 @@ absl::Status ValidateStageConfig(const v1::StageConfig& config) {
           ") is not a layer range of the model's ", layers, " layers"));
     }
   }
-  if (config.stage() == 0) {
-    RETURN_IF_ERROR(CheckDatasetFiles(config.spec().data()));
-  }
-  return absl::OkStatus();
+  return CheckDatasetFiles(config.spec().data(), StageDataParts(config));
+}
+
+DataParts StageDataParts(const v1::StageConfig& config) {
+  return {config.stage() == 0, config.stage() == config.num_stages() - 1};
 }
 
 }  // namespace pipetrain

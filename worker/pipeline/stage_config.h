@@ -12,6 +12,7 @@
 #include "spec/schedule.h"
 #include "spec/vocabulary.h"
 #include "worker/compute/tensor.h"
+#include "worker/data/dataset.h"
 
 namespace pipetrain {
 
@@ -36,7 +37,6 @@ struct StageSetup {
   // The model chunks (virtual stages) on this stage, in chunk order.
   std::vector<LayerSpan> spans;
   int64_t rows_per_micro_batch = 0;
-  Shape label_shape;  // per sample, from the whole model's output
   // config.initial_weights as host float32 tensors; empty means the seeded
   // initialization.
   std::vector<Tensor> initial_weights;
@@ -47,9 +47,16 @@ struct StageSetup {
 // decodes it.
 absl::StatusOr<StageSetup> DecodeStageConfig(const v1::StageConfig& config);
 
+// What a stage reads of its job's data: stage 0 (which holds model stage 0)
+// the inputs, the last stage (which holds the last model stage, also under
+// the interleaved schedule) the labels, a one-stage pipeline both, the
+// others nothing.
+DataParts StageDataParts(const v1::StageConfig& config);
+
 // Everything a worker can check about `config` without building it: the
-// decode above, the layer ranges against the model, and (stage 0) the
-// dataset's files against the data access policy. A worker runs this
+// decode above, the layer ranges against the model, and the files of the
+// dataset parts the stage reads (StageDataParts) against the data access
+// policy. A worker runs this
 // before it touches a running stage, so a rejected config leaves the
 // running job as it was.
 absl::Status ValidateStageConfig(const v1::StageConfig& config);

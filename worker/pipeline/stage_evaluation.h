@@ -3,16 +3,18 @@
 // accuracy. It reads exactly what LocalTrainer::Evaluate reads (the first
 // samples of the split, in order, in batches of the job's batch size), cut
 // into micro-batches of the training micro-batch's rows, and sends them
-// down as evaluation activations (MessageKind::kEvalActivation) with their
-// labels; no gradient comes back. Interleaved stages run each micro-batch
-// through their chunks in virtual-stage order, as training does.
+// down as evaluation activations (MessageKind::kEvalActivation); no
+// gradient comes back. The last stage reads the same rows' labels itself.
+// Interleaved stages run each micro-batch through their chunks in
+// virtual-stage order, as training does.
 //
 // Every stage of the job runs the same pass, numbered alike on all of them
 // (`pass` keys its messages apart from other passes'). Stage 0 knows the
 // pass's length and marks its last micro-batch; the others run until that
-// one has passed through. The pass has no flow control of its own: stage 0
-// runs ahead of slower stages by as many micro-batches as their mailboxes
-// hold, at most the pass's.
+// one has passed through (the last stage, which plans the same rows from
+// its labels, checks that they agree). The pass has no flow control of its own:
+// stage 0 runs ahead of slower stages by as many micro-batches as their
+// mailboxes hold, at most the pass's.
 #ifndef PIPETRAIN_WORKER_PIPELINE_STAGE_EVALUATION_H_
 #define PIPETRAIN_WORKER_PIPELINE_STAGE_EVALUATION_H_
 

@@ -236,11 +236,12 @@ TEST(StageEvaluation, WhileTrainingAndBadMessagesAreRefused) {
   StageMessage good;
   good.kind = MessageKind::kEvalActivation;
   good.micro_batch = 7;  // an evaluation numbers its micro-batches on
-  good.tensors = {Tensor::Host({2, 32}), Tensor::Host({2})};
+  good.samples = 64;
+  good.tensors = {Tensor::Host({2, 32})};
   EXPECT_TRUE(idle.stages[1]->ValidateIncoming(good).ok())
       << idle.stages[1]->ValidateIncoming(good);
   StageMessage bad = good;
-  bad.tensors = {Tensor::Host({9, 32}), Tensor::Host({9})};  // > 8 rows
+  bad.tensors = {Tensor::Host({9, 32})};  // > 8 rows
   EXPECT_EQ(idle.stages[1]->ValidateIncoming(bad).code(),
             absl::StatusCode::kInvalidArgument);
   bad = good;
@@ -252,7 +253,7 @@ TEST(StageEvaluation, WhileTrainingAndBadMessagesAreRefused) {
   EXPECT_EQ(idle.stages[1]->ValidateIncoming(bad).code(),
             absl::StatusCode::kInvalidArgument);
   bad = good;
-  bad.tensors[1] = Tensor::Host({3});
+  bad.tensors.push_back(Tensor::Host({2}));  // labels do not travel
   EXPECT_EQ(idle.stages[1]->ValidateIncoming(bad).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(idle.stages[0]->ValidateIncoming(good).code(),

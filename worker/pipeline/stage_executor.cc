@@ -397,8 +397,8 @@ void StageExecutor::FinishStep(const StepState& state, double seconds) {
   result.set_step(state.step);
   result.set_seconds(seconds);
   result.set_weight_version(version);
-  if (compute_->input() != nullptr) {
-    result.set_epoch(compute_->input()->order().EpochOfStep(state.step));
+  if (is_first()) {
+    result.set_epoch(compute_->data()->order().EpochOfStep(state.step));
   }
   if (is_last()) {
     // The last stage runs every backward of a step in its own stream

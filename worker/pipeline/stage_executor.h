@@ -79,9 +79,9 @@ struct StageTimings {
 class StageExecutor {
  public:
   // Validates the config and builds the stage: model layers, optimizer, and
-  // (stage 0) the dataset. InvalidArgument naming the field for bad configs.
-  // `backend` and `metrics` (may be null) are borrowed and must outlive the
-  // executor.
+  // its part of the dataset (stage 0 the inputs, the last stage the labels).
+  // InvalidArgument naming the field for bad configs. `backend` and `metrics`
+  // (may be null) are borrowed and must outlive the executor.
   static absl::StatusOr<std::unique_ptr<StageExecutor>> Create(
       const v1::StageConfig& config, Backend* backend,
       StageMetrics* metrics = nullptr, const StageOptions& options = {});
@@ -185,9 +185,7 @@ class StageExecutor {
   }
   // Stage 0 only (0 elsewhere).
   int64_t steps_per_epoch() const {
-    return compute_->input() == nullptr
-               ? 0
-               : compute_->input()->order().steps_per_epoch();
+    return is_first() ? compute_->data()->order().steps_per_epoch() : 0;
   }
 
  private:

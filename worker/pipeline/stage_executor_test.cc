@@ -235,7 +235,8 @@ TEST(StageExecutor, InterleavedConfigsAndMessagesAreChecked) {
   StageMessage good;
   good.kind = MessageKind::kActivation;
   good.chunk = 1;
-  good.tensors = {Tensor::Host({8, 32}), Tensor::Host({8})};
+  good.samples = 1024;
+  good.tensors = {Tensor::Host({8, 32})};
   EXPECT_TRUE(p.stages[0]->ValidateIncoming(good).ok())
       << p.stages[0]->ValidateIncoming(good);
   StageMessage bad = good;
@@ -298,9 +299,20 @@ TEST(StageExecutor, BadConfigsAndMessagesAreRejected) {
 
   StageMessage good;
   good.kind = MessageKind::kActivation;
-  good.tensors = {Tensor::Host({8, 32}), Tensor::Host({8})};
+  good.samples = 1024;
+  good.tensors = {Tensor::Host({8, 32})};
   EXPECT_TRUE((*stage)->ValidateIncoming(good).ok())
       << (*stage)->ValidateIncoming(good);
+  // Labels do not travel: an activation carries its own tensor only, and
+  // the size of stage 0's split.
+  StageMessage labelled = good;
+  labelled.tensors.push_back(Tensor::Host({8}));
+  EXPECT_EQ((*stage)->ValidateIncoming(labelled).code(),
+            absl::StatusCode::kInvalidArgument);
+  StageMessage unsized = good;
+  unsized.samples = 0;
+  EXPECT_EQ((*stage)->ValidateIncoming(unsized).code(),
+            absl::StatusCode::kInvalidArgument);
   StageMessage bad = good;
   bad.tensors[0] = Tensor::Host({8, 31});
   EXPECT_EQ((*stage)->ValidateIncoming(bad).code(),

@@ -18,7 +18,9 @@ namespace pipetrain {
 struct MicroBatch {
   Tensor input;   // device: the stage's input (kept for backward / remat)
   Tensor output;  // device: the stage's output until sent or lossed
-  Tensor labels;  // host, float32
+  // The size of the training split stage 0 reads (StageMessage::samples),
+  // passed on down to the last stage, which checks its labels against it.
+  int64_t data_samples = 0;
   std::vector<LayerContext> contexts;
   Tensor grad_output;  // device: dL/d(output)
   Tensor grad_input;   // device: dL/d(input), until sent
@@ -45,9 +47,10 @@ struct StepState {
   // Per chunk, per micro-batch: micro[chunk * M + mb].
   std::vector<MicroBatch> micro;
   int pending = 0;  // micro-batches whose backward has not finished
-  Tensor inputs;    // stage 0: the step's whole mini-batch (host)
-  Tensor labels;
-  // Stage 0: whether to read the next step's mini-batch ahead.
+  Tensor inputs;    // stage 0: the step's whole mini-batch's inputs (host)
+  Tensor labels;    // last stage: its labels (host), read by the stage
+  // Stage 0 and the last stage: whether to read the next step's mini-batch
+  // ahead.
   bool read_ahead = false;
   LossStats loss;
   // 2BW: the weight version every micro-batch of the step uses.
