@@ -10,9 +10,13 @@
 // Capacity: K in-process trainers (LocalTrainer, one BLAS thread each), each
 // on the whole batch as one micro-batch, running at the same time in K
 // child processes of this binary (started after their warm-up, together);
-// their samples/s summed. For reference (not a ratio's denominator) the
-// same K trainers splitting the batch into 8 micro-batches are measured
-// too: a smaller working set can run faster per sample on one core.
+// their samples/s summed. Each side's CPU time (user + system, every
+// thread: /proc for the workers, getrusage in the children) is printed
+// per sample too: on a shared machine the scheduler divides the cores by
+// thread, and a worker has more threads (gRPC, transport) than a trainer. For
+// reference (not a ratio's denominator) the same K trainers splitting the batch
+// into 8 micro-batches are measured too: a smaller working set can run faster
+// per sample on one core.
 //
 // Pipeline: GPipe, 1F1B-flush and ZB-H1 at M = 8 and M = 16 on K = 2
 // pipetrain-worker processes, cut where the project's planner puts the
@@ -47,6 +51,7 @@
 //
 // Last line: {"bench":"scaling", "pipeline_vs_capacity": ..., ...}.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,6 +62,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
@@ -144,6 +151,31 @@ absl::StatusOr<v1::TrainingSpec> ModelSpec(const std::string& name) {
   return absl::InvalidArgumentError("unknown model " + name);
 }
 
+// CPU seconds (user + system, all threads) of this process.
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// CPU seconds (user + system, all threads) of process `pid`, or -1.
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 > stat.size()) return -1;
+  // After the name: state (field 3) ... utime (14), stime (15).
+  std::vector<std::string> f = absl::StrSplit(stat.substr(paren + 2), ' ');
+  double utime = 0, stime = 0;
+  if (f.size() < 13 || !absl::SimpleAtod(f[11], &utime) ||
+      !absl::SimpleAtod(f[12], &stime)) {
+    return -1;
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 // ---- Capacity: one in-process trainer per child process ----
 
 // The child: warm up, say "ready", wait for "go", train `steps` steps on
@@ -173,6 +205,7 @@ int CapacityChild(const std::string& model, int micro_batches, int warmup,
       std::strcmp(go, "go\n") != 0) {
     return 1;
   }
+  const double cpu_start = SelfCpuSeconds();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) {
     if (!(*trainer)->Step().ok()) return 1;
@@ -180,8 +213,10 @@ int CapacityChild(const std::string& model, int micro_batches, int warmup,
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  std::printf("%.6f\n",
-              static_cast<double>(spec->batch_size()) * steps / seconds);
+  // samples/s, then CPU seconds per sample (all threads, user + system).
+  const double samples = static_cast<double>(spec->batch_size()) * steps;
+  std::printf("%.6f %.9f\n", samples / seconds,
+              (SelfCpuSeconds() - cpu_start) / samples);
   return 0;
 }
 
@@ -191,10 +226,15 @@ struct Child {
   FILE* out = nullptr;  // its stdout
 };
 
-// Summed samples/s of K concurrent children, or an error.
-absl::StatusOr<double> MeasureCapacity(const std::string& model,
-                                       int micro_batches, int warmup,
-                                       int steps) {
+struct Capacity {
+  double samples_per_s = 0;           // summed over the children
+  double cpu_seconds_per_sample = 0;  // their mean
+};
+
+// K concurrent children, or an error.
+absl::StatusOr<Capacity> MeasureCapacity(const std::string& model,
+                                         int micro_batches, int warmup,
+                                         int steps) {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return absl::InternalError("readlink /proc/self/exe");
@@ -237,22 +277,27 @@ absl::StatusOr<double> MeasureCapacity(const std::string& model,
     std::fputs(status.ok() ? "go\n" : "no\n", c.in);
     std::fflush(c.in);
   }
-  double sum = 0;
+  Capacity out;
   for (Child& c : children) {
-    double rate = 0;
+    double rate = 0, cpu = 0;
+    std::vector<std::string> fields;
+    if (status.ok() && std::fgets(line, sizeof(line), c.out) != nullptr) {
+      fields = absl::StrSplit(absl::StripAsciiWhitespace(line), ' ');
+    }
     if (status.ok() &&
-        (std::fgets(line, sizeof(line), c.out) == nullptr ||
-         !absl::SimpleAtod(absl::StripAsciiWhitespace(line), &rate))) {
+        (fields.size() != 2 || !absl::SimpleAtod(fields[0], &rate) ||
+         !absl::SimpleAtod(fields[1], &cpu) || rate <= 0)) {
       status = absl::InternalError("a capacity child failed");
     }
-    sum += rate;
+    out.samples_per_s += rate;
+    out.cpu_seconds_per_sample += cpu / kWorkers;
     std::fclose(c.in);
     std::fclose(c.out);
     int wstatus = 0;
     if (c.pid > 0) waitpid(c.pid, &wstatus, 0);
   }
   if (!status.ok()) return status;
-  return sum;
+  return out;
 }
 
 // ---- Per-stage counters ----
@@ -263,6 +308,7 @@ struct Scrape {
   bool ok = false;
   double at = 0;
   int64_t steps = 0;
+  double cpu = -1;                       // the worker process's CPU seconds
   std::map<std::string, double> values;  // "forward", ..., "idle"
 };
 
@@ -272,10 +318,12 @@ double Now() {
       .count();
 }
 
-Scrape ScrapeStage(int metrics_port, int64_t steps) {
+Scrape ScrapeStage(const testing::Worker& worker, int64_t steps) {
   Scrape out;
   out.at = Now();
   out.steps = steps;
+  out.cpu = ProcessCpuSeconds(worker.process->pid());
+  const int metrics_port = worker.process->port("metrics");
   auto r = testing_http::Send(metrics_port, "GET", "/metrics");
   if (!r.ok() || r->status != 200) return out;
   const std::string compute = "pipetrain_stage_compute_seconds_total{phase=\"";
@@ -305,6 +353,7 @@ struct StageTime {
   bool ok = false;
   double wall = 0;  // the window's wall time per step
   double forward = 0, backward = 0, loss = 0, optimizer = 0, blocked = 0;
+  double cpu = -1;  // CPU seconds of the worker process, all threads
   double Other() const {
     return std::max(0.0,
                     wall - forward - backward - loss - optimizer - blocked);
@@ -328,6 +377,7 @@ StageTime Breakdown(const Scrape& a, const Scrape& b) {
   t.loss = d("loss");
   t.optimizer = d("optimizer");
   t.blocked = d("idle");
+  if (a.cpu >= 0 && b.cpu >= 0) t.cpu = (b.cpu - a.cpu) / n;
   return t;
 }
 
@@ -375,12 +425,11 @@ RunResult RunCase(std::vector<testing::Worker>& workers, const std::string& job,
       v1::GetStatusResponse status;
       if (!workers[k].stub->GetStatus(&ctx, req, &status).ok()) continue;
       const int64_t next = status.next_step();
-      const int port = workers[k].process->port("metrics");
       if (!started[k] && next >= warmup && next < end_step) {
-        first[k] = ScrapeStage(port, next);
+        first[k] = ScrapeStage(workers[k], next);
         started[k] = true;
       } else if (started[k] && next >= end_step) {
-        last[k] = ScrapeStage(port, next);
+        last[k] = ScrapeStage(workers[k], next);
         ended[k] = true;
       }
     }
@@ -436,6 +485,9 @@ struct Case {
   std::string plan_line;
   // Per repetition.
   std::vector<double> rate, ratio, step;
+  // CPU seconds per sample, both worker processes (all their threads);
+  // and the cores they kept busy (CPU seconds per wall second).
+  std::vector<double> cpu_per_sample, cores;
   std::vector<std::vector<StageTime>> stages;
   std::vector<std::vector<double>> simulated_idle;
 };
@@ -509,7 +561,8 @@ int Main() {
   std::vector<Case> cases;
   // Per model: capacity as the issue defines it (whole batch) and, for
   // reference, the same trainers splitting the batch into 8 micro-batches.
-  std::map<std::string, std::vector<double>> capacity, capacity_m8;
+  std::map<std::string, std::vector<double>> capacity, capacity_m8,
+      capacity_cpu, capacity_m8_cpu;
   for (const std::string& model : models) {
     auto base = ModelSpec(model);
     if (!base.ok()) {
@@ -561,10 +614,12 @@ int Main() {
                      cap.status().ToString().c_str());
         return 1;
       }
-      capacity[model].push_back(*cap);
-      capacity_m8[model].push_back(*cap8);
+      capacity[model].push_back(cap->samples_per_s);
+      capacity_cpu[model].push_back(cap->cpu_seconds_per_sample);
+      capacity_m8[model].push_back(cap8->samples_per_s);
+      capacity_m8_cpu[model].push_back(cap8->cpu_seconds_per_sample);
       std::fprintf(stderr, "rep %d %s capacity %.1f samples/s\n", rep,
-                   model.c_str(), *cap);
+                   model.c_str(), cap->samples_per_s);
       for (Case& c : cases) {
         if (c.model != model) continue;
         RunResult r = RunCase(workers, absl::StrFormat("scaling-%d", ++job),
@@ -576,7 +631,16 @@ int Main() {
         }
         const double rate = c.spec.batch_size() / r.step_seconds;
         c.rate.push_back(rate);
-        c.ratio.push_back(rate / *cap);
+        c.ratio.push_back(rate / cap->samples_per_s);
+        double cpu = 0, wall = 0;
+        for (const StageTime& t : r.stages) {
+          cpu = t.ok && t.cpu >= 0 && cpu >= 0 ? cpu + t.cpu : -1;
+          wall = std::max(wall, t.wall);
+        }
+        if (cpu >= 0 && wall > 0) {
+          c.cpu_per_sample.push_back(cpu / c.spec.batch_size());
+          c.cores.push_back(cpu / wall);
+        }
         c.step.push_back(r.step_seconds);
         c.stages.push_back(r.stages);
         c.simulated_idle.push_back(r.simulated_idle);
@@ -610,8 +674,12 @@ int Main() {
     const auto& cap8 = capacity_m8[model];
     std::printf(
         "%s for reference, the same trainers in 8 micro-batches: %.1f "
-        "samples/s [%.1f, %.1f] (not the ratios' denominator)\n",
-        model.c_str(), Median(cap8), Min(cap8), Max(cap8));
+        "samples/s [%.1f, %.1f] (not the ratios' denominator)\n"
+        "%s CPU per sample (user + system, all threads): capacity %.2f ms, "
+        "in 8 micro-batches %.2f ms\n",
+        model.c_str(), Median(cap8), Min(cap8), Max(cap8), model.c_str(),
+        Median(capacity_cpu[model]) * 1e3,
+        Median(capacity_m8_cpu[model]) * 1e3);
     const char* prefix = model == "mlp" ? "" : "lm_";
     json += absl::StrFormat(
         ",\"%scapacity_samples_per_s\":%.1f,\"%scapacity_m8_samples_per_s\":"
@@ -624,10 +692,12 @@ int Main() {
       std::printf(
           "%s %-10s M=%-2d %8.1f samples/s [%.1f, %.1f]  vs capacity %.3f "
           "[%.3f, %.3f]  step %.1f ms, planner predicted %.1f ms (error "
-          "%.2f)\n  plan:%s\n",
+          "%.2f)\n  plan:%s\n  CPU per sample %.2f ms (both workers, all "
+          "threads); cores kept busy %.2f\n",
           model.c_str(), c.schedule, c.m, Median(c.rate), Min(c.rate),
           Max(c.rate), Median(c.ratio), Min(c.ratio), Max(c.ratio),
-          measured * 1e3, c.predicted_step * 1e3, error, c.plan_line.c_str());
+          measured * 1e3, c.predicted_step * 1e3, error, c.plan_line.c_str(),
+          Median(c.cpu_per_sample) * 1e3, Median(c.cores));
       const double theory = TheoreticalBubble(c.params, SimCosts());
       for (int k = 0; k < kWorkers; ++k) {
         std::vector<double> wall, f, b, l, o, bl, u, sim;
