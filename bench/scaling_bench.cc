@@ -28,9 +28,11 @@
 //
 // Per stage, where the time went, from the stage's Prometheus counters
 // (pipetrain_stage_compute_seconds_total{phase}, idle_seconds_total),
-// differenced over a window of steady-state steps, as a share of the
-// window's wall time: forward, backward, loss, optimizer, blocked waiting
-// for a neighbour's message, and the rest (unattributed).
+// differenced over each stage's own window of whole steady-state steps,
+// in ms per step and as a share of the window's wall time: forward,
+// backward, loss, optimizer, blocked waiting for a neighbour's message,
+// and the rest (unattributed); and the worker processes' CPU per sample
+// and the cores they kept busy over the window.
 // Not separated by the executor today, so not printed separately:
 //   - the weight-gradient pass W of ZB-H1: counted with backward
 //     (phase=backward holds both B and W);
