@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -21,6 +22,15 @@ namespace {
 // Below this many elements per thread a loop runs on fewer threads: waking
 // a worker costs more.
 constexpr int64_t kParallelGrain = 1 << 15;
+
+// Gemm(A, B^T) with at most kFewRows rows in A and both other sides at
+// least kWideSide runs as (B A^T)^T (CpuBackend::FewRowsTimesTransposed).
+// Measured on one and two threads: faster from 16 to 64 rows, slower at
+// 256.
+constexpr int64_t kFewRows = 64;
+constexpr int64_t kWideSide = 256;
+// The scratch buffer (n x m floats, kept per thread) stays under 16 MiB.
+constexpr int64_t kMaxScratchRows = (int64_t{1} << 22) / kFewRows;
 
 CBLAS_TRANSPOSE Trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
@@ -95,6 +105,11 @@ class CpuBackend final : public Backend {
                     float alpha, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float beta, float* c, int64_t ldc) override {
     if (m == 0 || n == 0) return absl::OkStatus();
+    if (!trans_a && trans_b && m <= kFewRows && n >= kWideSide &&
+        k >= kWideSide && n <= kMaxScratchRows) {
+      return FewRowsTimesTransposed(m, n, k, alpha, a, lda, b, ldb, beta, c,
+                                    ldc);
+    }
     cblas_sgemm(CblasRowMajor, Trans(trans_a), Trans(trans_b), m, n, k, alpha,
                 a, lda, b, ldb, beta, c, ldc);
     return absl::OkStatus();
@@ -496,6 +511,32 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // C = alpha A B^T + beta C with few rows in A (a micro-batch's input
+  // gradient, dx = dy W^T): OpenBLAS runs this shape at about 0.75 of the
+  // rate it reaches on C^T = B A^T, whose wide operand it packs once per
+  // block (bench: 50 vs 67 GFLOP/s at 32 x 2048 x 2048 on one thread). So
+  // C^T goes into a scratch buffer and is transposed into C: n x m floats,
+  // a few hundred KiB, against n x k x m multiply-adds.
+  absl::Status FewRowsTimesTransposed(int64_t m, int64_t n, int64_t k,
+                                      float alpha, const float* a, int64_t lda,
+                                      const float* b, int64_t ldb, float beta,
+                                      float* c, int64_t ldc) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(n * m));
+    float* t = scratch.data();  // C^T, n x m
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, alpha, b, ldb,
+                a, lda, 0.0f, t, m);
+    for (int64_t i = 0; i < m; ++i) {
+      float* row = c + i * ldc;
+      if (beta == 0.0f) {  // C may hold garbage (NaN): never read it
+        for (int64_t j = 0; j < n; ++j) row[j] = t[j * m + i];
+      } else {
+        for (int64_t j = 0; j < n; ++j) row[j] = t[j * m + i] + beta * row[j];
+      }
+    }
+    return absl::OkStatus();
+  }
+
   const int threads_;
   ParallelFor pool_;
 };

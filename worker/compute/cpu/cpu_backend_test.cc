@@ -59,6 +59,51 @@ TEST_F(CpuBackendTest, GemmMatchesNaiveProductForEveryTranspose) {
   }
 }
 
+// A micro-batch's input gradient (few rows times a wide transposed
+// matrix) takes its own route through the backend; it must give the same
+// product, honour alpha, beta and leading dimensions, and never read C when
+// beta is 0.
+TEST_F(CpuBackendTest, FewRowsTimesAWideTransposedMatrixMatchesNaiveProduct) {
+  for (int m : {1, 7, 32, 64}) {
+    for (float beta : {0.0f, 0.5f}) {
+      const int n = 300, k = 260, lda = k + 3, ldb = k + 1, ldc = n + 5;
+      std::vector<float> a(m * lda), b(n * ldb);
+      for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * i);
+      for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * i);
+      std::vector<float> c(m * ldc), want(m * ldc);
+      for (size_t i = 0; i < c.size(); ++i) {
+        c[i] = beta == 0.0f ? std::nanf("") : 0.25f * (i % 9);
+        want[i] = c[i];
+      }
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+          double dot = 0;
+          for (int p = 0; p < k; ++p) {
+            dot += static_cast<double>(a[i * lda + p]) * b[j * ldb + p];
+          }
+          want[i * ldc + j] = static_cast<float>(
+              1.5 * dot + (beta == 0.0f ? 0.0 : beta * c[i * ldc + j]));
+        }
+      }
+      ASSERT_TRUE(backend_
+                      ->Gemm(false, true, m, n, k, 1.5f, a.data(), lda,
+                             b.data(), ldb, beta, c.data(), ldc)
+                      .ok());
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < ldc; ++j) {
+          const float got = c[i * ldc + j], w = want[i * ldc + j];
+          if (j >= n) {  // past the row's end: untouched
+            EXPECT_TRUE(got == w || (std::isnan(got) && std::isnan(w)));
+          } else {
+            EXPECT_NEAR(got, w, 1e-3)
+                << "m=" << m << " beta=" << beta << " at " << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CpuBackendTest, CausalSoftmaxMasksTheFuture) {
   const int t = 3;
   std::vector<float> x(t * t, 1.0f), y(t * t);
