@@ -27,22 +27,19 @@
 // each vs_capacity ratio is the median of the per-repetition ratios.
 //
 // Per stage, where the time went, from the stage's Prometheus counters
-// (pipetrain_stage_compute_seconds_total{phase}, idle_seconds_total),
-// differenced over each stage's own window of whole steady-state steps,
-// in ms per step and as a share of the window's wall time: forward,
-// backward, loss, optimizer, blocked waiting for a neighbour's message,
-// and the rest (unattributed); and the worker processes' CPU per sample
-// and the cores they kept busy over the window.
-// Not separated by the executor today, so not printed separately:
-//   - the weight-gradient pass W of ZB-H1: counted with backward
-//     (phase=backward holds both B and W);
-//   - waiting to send: sends are not timed; their time, host copies and
-//     the executor's own work fall in "unattributed";
-//   - waiting for input vs idle by schedule: idle_seconds_total is all
-//     time blocked in a receive (activations, gradients, the clip-norm
-//     exchange), whatever the cause. Idle by schedule is printed only as a
-//     prediction: the schedule's theoretical bubble and the simulator's
-//     idle fraction with the stage's measured per-micro-batch costs.
+// (pipetrain_stage_compute_seconds_total{phase}, idle_seconds_total,
+// send_seconds_total), differenced over each stage's own window of whole
+// steady-state steps, in ms per step and as a share of the window's wall
+// time: forward, backward (a full backward, or B of ZB-H1), the weight
+// pass W of ZB-H1, loss, optimizer, sending (handing messages to the
+// transport: encoding and queueing), blocked waiting for a neighbour's
+// message, and the rest (unattributed: the executor's own work); and the
+// worker processes' CPU per sample and the cores they kept busy over the
+// window. Blocked time is split in two: idle by schedule, the simulator's
+// idle fraction for this schedule with the stage's measured
+// per-micro-batch costs (the wait the schedule itself imposes), and
+// waiting for input beyond it (transfer and neighbours running late);
+// the schedule's theoretical bubble is printed beside them.
 //
 // prediction_error = |predicted - measured| / measured step time, the
 // prediction being the plan's predicted_step_seconds.
@@ -330,6 +327,7 @@ Scrape ScrapeStage(const testing::Worker& worker, int64_t steps) {
   if (!r.ok() || r->status != 200) return out;
   const std::string compute = "pipetrain_stage_compute_seconds_total{phase=\"";
   const std::string idle = "pipetrain_stage_idle_seconds_total";
+  const std::string send = "pipetrain_stage_send_seconds_total";
   for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
     std::string key;
     if (absl::StartsWith(line, compute)) {
@@ -337,6 +335,8 @@ Scrape ScrapeStage(const testing::Worker& worker, int64_t steps) {
       key = std::string(line.substr(0, line.find('"')));
     } else if (absl::StartsWith(line, idle)) {
       key = "idle";
+    } else if (absl::StartsWith(line, send)) {
+      key = "send";
     } else {
       continue;
     }
@@ -354,11 +354,12 @@ Scrape ScrapeStage(const testing::Worker& worker, int64_t steps) {
 struct StageTime {
   bool ok = false;
   double wall = 0;  // the window's wall time per step
-  double forward = 0, backward = 0, loss = 0, optimizer = 0, blocked = 0;
+  double forward = 0, backward = 0, weight = 0, loss = 0, optimizer = 0,
+         send = 0, blocked = 0;
   double cpu = -1;  // CPU seconds of the worker process, all threads
   double Other() const {
-    return std::max(0.0,
-                    wall - forward - backward - loss - optimizer - blocked);
+    return std::max(0.0, wall - forward - backward - weight - loss - optimizer -
+                             send - blocked);
   }
 };
 
@@ -376,6 +377,8 @@ StageTime Breakdown(const Scrape& a, const Scrape& b) {
   t.wall = (b.at - a.at) / n;
   t.forward = d("forward") + d("recompute");
   t.backward = d("backward");
+  t.weight = d("weight");
+  t.send = d("send");
   t.loss = d("loss");
   t.optimizer = d("optimizer");
   t.blocked = d("idle");
@@ -447,7 +450,7 @@ RunResult RunCase(std::vector<testing::Worker>& workers, const std::string& job,
     out.stages.push_back(ended[k] ? Breakdown(first[k], last[k]) : StageTime());
     SimCosts c;
     c.forward = out.stages.back().forward / m;
-    c.backward = out.stages.back().backward / m;
+    c.backward = (out.stages.back().backward + out.stages.back().weight) / m;
     c.optimizer = out.stages.back().optimizer;
     costs.push_back(c);
   }
@@ -658,14 +661,11 @@ int Main() {
       kWorkers, reps, steps, warmup);
   std::printf(
       "per stage: ms per step from its counters over whole steady-state "
-      "steps (share of its wall time), medians over repetitions.\n"
-      "  not separated by the executor yet: bwd+W holds ZB-H1's weight pass "
-      "W with B; 'blocked' is all time waiting in a receive (activations, "
-      "gradients, clip-norm exchange), so waiting for input and idle by "
-      "schedule are one figure; sends are not timed, so waiting to send is "
-      "inside 'other' (with host copies and executor work). Idle by "
-      "schedule is printed only as a prediction (the schedule's theoretical "
-      "bubble; the simulator's idle with the measured costs).\n");
+      "steps (share of its wall time), medians over repetitions: forward, "
+      "backward (B alone for ZB-H1), W (ZB-H1's weight pass), loss, "
+      "optimizer, send (handing messages to the transport), blocked in a "
+      "receive = idle by schedule (the simulator's idle with these costs) + "
+      "waiting for input beyond it, and other (the executor's own work).\n");
   std::string json = "{\"bench\":\"scaling\"";
   for (const std::string& model : models) {
     const auto& cap = capacity[model];
@@ -702,15 +702,17 @@ int Main() {
           Median(c.cpu_per_sample) * 1e3, Median(c.cores));
       const double theory = TheoreticalBubble(c.params, SimCosts());
       for (int k = 0; k < kWorkers; ++k) {
-        std::vector<double> wall, f, b, l, o, bl, u, sim;
+        std::vector<double> wall, f, b, wp, l, o, sd, bl, u, sim;
         for (const auto& rep : c.stages) {
           const StageTime& t = rep[k];
           if (!t.ok) continue;
           wall.push_back(t.wall);
           f.push_back(t.forward);
           b.push_back(t.backward);
+          wp.push_back(t.weight);
           l.push_back(t.loss);
           o.push_back(t.optimizer);
+          sd.push_back(t.send);
           bl.push_back(t.blocked);
           u.push_back(t.Other());
         }
@@ -727,13 +729,21 @@ int Main() {
           return absl::StrFormat("%6.1f (%2.0f%%)", Median(v) * 1e3,
                                  100 * Median(v) / w);
         };
+        // Blocked time beyond the schedule's own idle: waiting for input.
+        const double by_schedule =
+            sim.empty() ? 0 : std::min(Median(bl), Median(sim) * w);
+        const std::vector<double> scheduled = {by_schedule};
+        const std::vector<double> waiting = {Median(bl) - by_schedule};
+        const std::string split =
+            sim.empty() ? std::string(" (not simulated)")
+                        : absl::StrCat(" = idle by schedule ", cell(scheduled),
+                                       " + waiting for input ", cell(waiting));
         std::printf(
-            "  stage %d ms/step %6.1f: fwd %s bwd+W %s loss %s opt %s "
-            "blocked %s other %s | idle by schedule, predicted: %.1f%% "
-            "theory, %.1f%% simulated\n",
-            k, w * 1e3, cell(f).c_str(), cell(b).c_str(), cell(l).c_str(),
-            cell(o).c_str(), cell(bl).c_str(), cell(u).c_str(), 100 * theory,
-            100 * Median(sim));
+            "  stage %d ms/step %6.1f: fwd %s bwd %s W %s loss %s opt %s "
+            "send %s blocked %s%s; other %s (theoretical bubble %.1f%%)\n",
+            k, w * 1e3, cell(f).c_str(), cell(b).c_str(), cell(wp).c_str(),
+            cell(l).c_str(), cell(o).c_str(), cell(sd).c_str(),
+            cell(bl).c_str(), split.c_str(), cell(u).c_str(), 100 * theory);
       }
       json +=
           absl::StrFormat(",\"%s_vs_capacity\":%.3f", Key(c), Median(c.ratio));

@@ -54,8 +54,13 @@ Pipeline BuildPipeline(const v1::TrainingSpec& spec,
     config.set_recv_timeout_s(30);
     if (edit != nullptr) edit(&config);
     p.backends.push_back(CreateCpuBackend(1));
-    auto stage = StageExecutor::Create(config, p.backends.back().get(), nullptr,
-                                       options);
+    p.registries.push_back(std::make_unique<MetricsRegistry>());
+    auto metrics = StageMetrics::Create(p.registries.back().get());
+    EXPECT_TRUE(metrics.ok()) << metrics.status();
+    if (!metrics.ok()) return p;
+    p.metrics.push_back(std::move(*metrics));
+    auto stage = StageExecutor::Create(config, p.backends.back().get(),
+                                       p.metrics.back().get(), options);
     EXPECT_TRUE(stage.ok()) << stage.status();
     if (!stage.ok()) return p;
     p.stages.push_back(std::move(*stage));

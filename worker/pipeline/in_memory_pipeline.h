@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics_registry.h"
 #include "pipetrain/v1/stage.pb.h"
 #include "worker/compute/backend.h"
 #include "worker/pipeline/stage_executor.h"
+#include "worker/pipeline/stage_metrics.h"
 
 namespace pipetrain {
 
@@ -38,6 +40,9 @@ using ConfigEdit = std::function<void(v1::StageConfig*)>;
 
 struct Pipeline {
   std::vector<std::unique_ptr<Backend>> backends;
+  // BuildPipeline's stages report to metrics[s] (a registry of their own).
+  std::vector<std::unique_ptr<MetricsRegistry>> registries;
+  std::vector<std::unique_ptr<StageMetrics>> metrics;
   std::vector<std::unique_ptr<StageExecutor>> stages;
 };
 

@@ -369,7 +369,7 @@ absl::Status StageCompute::BackwardWeight(int mb, int chunk, StepState* state) {
   micro.contexts.clear();
   const double seconds = SecondsSince(start);
   counters_.backward_seconds += seconds;
-  CountCompute(StageMetrics::kBackward, seconds);
+  CountCompute(StageMetrics::kWeight, seconds);
   if (metrics_ != nullptr) metrics_->in_flight()->Decrement();
   --state->pending;
   return absl::OkStatus();

@@ -97,6 +97,35 @@ TEST(StageExecutor, OneFOneBAndZeroBubbleMatchTheReference) {
   }
 }
 
+// Where a stage's time went, as its metrics say: a zero-bubble schedule's
+// weight-gradient pass W is its own phase, a full backward is not; every
+// stage that sends spends time handing messages to the transport.
+TEST(StageExecutor, MetricsSeparateTheWeightPassAndTheSends) {
+  for (v1::ScheduleKindProto schedule :
+       {v1::SCHEDULE_GPIPE, v1::SCHEDULE_ZB_H1}) {
+    SCOPED_TRACE(v1::ScheduleKindProto_Name(schedule));
+    const v1::TrainingSpec spec = SmallMlpSpec(4, false);
+    Pipeline p = BuildPipeline(spec, {3}, schedule);
+    ASSERT_EQ(p.metrics.size(), 2u);
+    ASSERT_TRUE(TrainAll(p, spec.steps()).ok());
+    for (size_t s = 0; s < p.metrics.size(); ++s) {
+      const StageMetrics& m = *p.metrics[s];
+      const double backward =
+          m.compute_seconds(StageMetrics::kBackward)->Value();
+      const double weight = m.compute_seconds(StageMetrics::kWeight)->Value();
+      EXPECT_GT(m.compute_seconds(StageMetrics::kForward)->Value(), 0) << s;
+      EXPECT_GT(backward, 0) << s;
+      if (schedule == v1::SCHEDULE_ZB_H1) {
+        EXPECT_GT(weight, 0) << s;
+      } else {
+        EXPECT_EQ(weight, 0) << s;
+      }
+      // Stage 0 sends activations, stage 1 gradients.
+      EXPECT_GT(m.send_seconds()->Value(), 0) << s;
+    }
+  }
+}
+
 // A small character-level Transformer: embedding (whose gradient ZB-H1
 // computes in W), attention and layer norms, cut inside the block stack.
 TEST(StageExecutor, ZeroBubbleTrainsATransformerLikeTheReference) {

@@ -7,8 +7,8 @@ namespace pipetrain {
 absl::StatusOr<std::unique_ptr<StageMetrics>> StageMetrics::Create(
     MetricsRegistry* r) {
   std::unique_ptr<StageMetrics> m(new StageMetrics());
-  const char* phases[kPhases] = {"forward", "recompute", "backward", "loss",
-                                 "optimizer"};
+  const char* phases[kPhases] = {"forward", "recompute", "backward",
+                                 "weight",  "loss",      "optimizer"};
   for (int p = 0; p < kPhases; ++p) {
     ASSIGN_OR_RETURN(m->compute_[p],
                      r->GetCounter("pipetrain_stage_compute_seconds_total",
@@ -19,6 +19,11 @@ absl::StatusOr<std::unique_ptr<StageMetrics>> StageMetrics::Create(
                    r->GetCounter("pipetrain_stage_idle_seconds_total",
                                  "Time the stage waited for its neighbours "
                                  "(pipeline bubble and transfer)."));
+  ASSIGN_OR_RETURN(m->send_,
+                   r->GetCounter("pipetrain_stage_send_seconds_total",
+                                 "Time the training thread spent handing "
+                                 "messages to the transport (encoding and "
+                                 "queueing)."));
   const char* directions[2] = {"sent", "received"};
   const char* kinds[2] = {"activation", "gradient"};
   for (int d = 0; d < 2; ++d) {

@@ -3,8 +3,15 @@
 // through cached pointers (lock-free).
 //
 // Names (all prefixed pipetrain_stage_):
-//   compute_seconds_total{phase=forward|recompute|backward|loss|optimizer}
+//   compute_seconds_total{phase=forward|recompute|backward|weight|loss|
+//                               optimizer}  weight: the separate weight-
+//                                       gradient pass W of zero-bubble
+//                                       schedules (a full backward counts
+//                                       as backward)
 //   idle_seconds_total                  time blocked waiting for neighbours
+//   send_seconds_total                  time the training thread spent
+//                                       handing messages to the transport
+//                                       (encoding and queueing)
 //   bytes_total{direction=sent|received, kind=activation|gradient}
 //   messages_total{direction, kind}
 //   micro_batches_in_flight             forwarded, backward not yet done
@@ -36,6 +43,7 @@ class StageMetrics {
     kForward = 0,
     kRecompute,
     kBackward,
+    kWeight,
     kLoss,
     kOptimizer,
     kPhases
@@ -47,6 +55,7 @@ class StageMetrics {
 
   Counter* compute_seconds(Phase phase) const { return compute_[phase]; }
   Counter* idle_seconds() const { return idle_; }
+  Counter* send_seconds() const { return send_; }
   // Only activation and gradient traffic is counted per kind: evaluation
   // activations count as activations, norm messages as gradients (they
   // travel with them).
@@ -65,6 +74,7 @@ class StageMetrics {
   // Constant after Create; the metrics themselves are thread-safe.
   Counter* compute_[kPhases] = {};
   Counter* idle_ = nullptr;
+  Counter* send_ = nullptr;
   Counter* bytes_[2][2] = {};
   Counter* messages_[2][2] = {};
   Gauge* in_flight_ = nullptr;

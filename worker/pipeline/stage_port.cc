@@ -43,7 +43,14 @@ absl::Status StagePort::SendOn(const std::shared_ptr<StageLink>& link,
     return absl::UnavailableError(absl::StrCat(
         "no link to send the ", MessageKindName(message.kind), " on"));
   }
-  return link->Send(std::move(message));
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  absl::Status status = link->Send(std::move(message));
+  if (metrics_ != nullptr) {
+    metrics_->send_seconds()->Increment(
+        std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return status;
 }
 
 absl::Status StagePort::SendDownstream(StageMessage message) {

@@ -39,6 +39,7 @@ class StagePort {
   bool has_downstream() const;
 
   // Queue a message on a link; Unavailable when there is none or it broke.
+  // The time the call takes goes to the send_seconds metric.
   absl::Status SendDownstream(StageMessage message);
   absl::Status SendUpstream(StageMessage message);
 
@@ -49,8 +50,8 @@ class StagePort {
                                        int chunk, double* idle_seconds);
 
  private:
-  static absl::Status SendOn(const std::shared_ptr<StageLink>& link,
-                             StageMessage message);
+  absl::Status SendOn(const std::shared_ptr<StageLink>& link,
+                      StageMessage message);
 
   // Constant after construction.
   const double recv_timeout_s_;
