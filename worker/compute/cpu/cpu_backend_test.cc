@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/compute/elementwise_math.h"
 
 namespace pipetrain {
 namespace {
@@ -100,6 +101,53 @@ TEST_F(CpuBackendTest, FewRowsTimesAWideTransposedMatrixMatchesNaiveProduct) {
           }
         }
       }
+    }
+  }
+}
+
+// The optimizer updates run vectorized over many elements (and over the
+// pool's chunks); each element must get exactly the scalar update.
+TEST_F(CpuBackendTest, OptimizerUpdatesEqualTheScalarStepOnEveryElement) {
+  for (int64_t n : {int64_t{1}, int64_t{1003}, int64_t{100003}}) {
+    std::vector<float> w(n), g(n), m(n), v(n);
+    for (int64_t i = 0; i < n; ++i) {
+      w[i] = std::sin(0.3f * i);
+      g[i] = std::cos(0.7f * i);
+      m[i] = 0.01f * (i % 13);
+      v[i] = 0.001f * (i % 7);
+    }
+    for (bool momentum : {false, true}) {
+      std::vector<float> w2 = w, m2 = m, want_w = w, want_m = m;
+      const float mu = momentum ? 0.9f : 0.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        math::SgdStep(&want_w[i], g[i], momentum ? &want_m[i] : nullptr, 0.05f,
+                      mu, 0.01f, 0.5f);
+      }
+      ASSERT_TRUE(backend_
+                      ->SgdUpdate(n, w2.data(), g.data(),
+                                  momentum ? m2.data() : nullptr, 0.05f, mu,
+                                  0.01f, 0.5f)
+                      .ok());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(w2[i], want_w[i]) << "sgd n=" << n << " i=" << i;
+        ASSERT_EQ(m2[i], want_m[i]) << "sgd n=" << n << " i=" << i;
+      }
+    }
+    std::vector<float> w2 = w, m2 = m, v2 = v, want_w = w, want_m = m,
+                       want_v = v;
+    for (int64_t i = 0; i < n; ++i) {
+      math::AdamWStep(&want_w[i], g[i], &want_m[i], &want_v[i], 1e-3f, 0.9f,
+                      0.999f, 1e-8f, 0.01f, 0.19f, 0.002f, 0.5f);
+    }
+    ASSERT_TRUE(backend_
+                    ->AdamWUpdate(n, w2.data(), g.data(), m2.data(), v2.data(),
+                                  1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.19f,
+                                  0.002f, 0.5f)
+                    .ok());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(w2[i], want_w[i]) << "adamw n=" << n << " i=" << i;
+      ASSERT_EQ(m2[i], want_m[i]) << "adamw n=" << n << " i=" << i;
+      ASSERT_EQ(v2[i], want_v[i]) << "adamw n=" << n << " i=" << i;
     }
   }
 }
