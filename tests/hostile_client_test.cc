@@ -322,6 +322,14 @@ void AttackScheduler(Scheduler& scheduler) {
   EXPECT_EQ(r->status, 400);
   EXPECT_THAT(r->body, HasSubstr("nested deeper than"));
 
+  // Removing a worker without naming one (the route's prefix alone, an
+  // empty id, a path below an id) is not a route.
+  for (const char* path : {"/v1/workers", "/v1/workers/", "/v1/workers/a/b"}) {
+    r = http::Send(scheduler.http_port, "DELETE", path);
+    ASSERT_TRUE(r.ok()) << path << ": " << r.status();
+    EXPECT_EQ(r->status, 404) << path << ": " << r->body;
+  }
+
   // curl -X POST localhost:8080/v1/jobs -d @examples/fashion_mnist_mlp.job.json
   r = http::Send(scheduler.http_port, "POST", "/v1/jobs",
                  ReadFile(SourcePath("examples/fashion_mnist_mlp.job.json")));

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <functional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -312,8 +313,16 @@ void InstallRestGateway(HttpServer* http, SchedulerCore* core,
         [&] { return core->ListWorkers(v1::ListWorkersRequest()); });
   });
   http->Handle("DELETE", "/v1/workers/", [=](const HttpRequest& r) {
+    // The route's prefix also matches "/v1/workers" itself; only
+    // "/v1/workers/ID" names a worker.
+    constexpr absl::string_view kPrefix = "/v1/workers/";
+    const absl::string_view path = r.path;
+    if (!absl::StartsWith(path, kPrefix) || path.size() == kPrefix.size() ||
+        absl::StrContains(path.substr(kPrefix.size()), '/')) {
+      return NotFound(r.path);
+    }
     v1::RemoveWorkerRequest q;
-    q.set_worker_id(r.path.substr(std::string("/v1/workers/").size()));
+    q.set_worker_id(std::string(path.substr(kPrefix.size())));
     return Respond<v1::RemoveWorkerResponse>(
         RestCall{core, metrics, auth, r}, "RemoveWorker",
         [&] { return core->RemoveWorker(q); });
