@@ -730,25 +730,28 @@ int Main() {
           continue;
         }
         const double w = Median(wall);
-        auto cell = [&](const std::vector<double>& v) {
-          return absl::StrFormat("%6.1f (%2.0f%%)", Median(v) * 1e3,
-                                 100 * Median(v) / w);
+        auto cell = [&](double seconds) {
+          return absl::StrFormat("%6.1f (%2.0f%%)", seconds * 1e3,
+                                 100 * seconds / w);
         };
         // Blocked time beyond the schedule's own idle: waiting for input.
+        const double blocked = Median(bl);
         const double by_schedule =
-            sim.empty() ? 0 : std::min(Median(bl), Median(sim) * w);
-        const std::vector<double> scheduled = {by_schedule};
-        const std::vector<double> waiting = {Median(bl) - by_schedule};
+            sim.empty() ? 0 : std::min(blocked, Median(sim) * w);
         const std::string split =
-            sim.empty() ? std::string(" (not simulated)")
-                        : absl::StrCat(" = idle by schedule ", cell(scheduled),
-                                       " + waiting for input ", cell(waiting));
+            sim.empty()
+                ? std::string(" (not simulated)")
+                : absl::StrCat(" = idle by schedule ", cell(by_schedule),
+                               " + waiting for input ",
+                               cell(blocked - by_schedule));
         std::printf(
             "  stage %d ms/step %6.1f: fwd %s bwd %s W %s loss %s opt %s "
             "send %s blocked %s%s; other %s (theoretical bubble %.1f%%)\n",
-            k, w * 1e3, cell(f).c_str(), cell(b).c_str(), cell(wp).c_str(),
-            cell(l).c_str(), cell(o).c_str(), cell(sd).c_str(),
-            cell(bl).c_str(), split.c_str(), cell(u).c_str(), 100 * theory);
+            k, w * 1e3, cell(Median(f)).c_str(), cell(Median(b)).c_str(),
+            cell(Median(wp)).c_str(), cell(Median(l)).c_str(),
+            cell(Median(o)).c_str(), cell(Median(sd)).c_str(),
+            cell(blocked).c_str(), split.c_str(), cell(Median(u)).c_str(),
+            100 * theory);
       }
       json +=
           absl::StrFormat(",\"%s_vs_capacity\":%.3f", Key(c), Median(c.ratio));

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <functional>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -96,15 +95,16 @@ absl::Status ParseBody(const std::string& body,
   return ParseJson(body, msg);
 }
 
-// "/{id}" or "/{id}/tail" or "/{id}:action" after the route prefix.
-struct JobPath {
+// "/{id}" or "/{id}/tail" or "/{id}:action" after a route's prefix
+// ("/v1/jobs", "/v1/workers").
+struct ResourcePath {
   std::string id;
   std::string tail;    // "plan", "versions" or ""
   std::string action;  // "pause", ... or ""
 };
 
-absl::StatusOr<JobPath> ParseJobPath(const std::string& rest) {
-  JobPath p;
+absl::StatusOr<ResourcePath> ParseResourcePath(const std::string& rest) {
+  ResourcePath p;
   std::string s = rest;
   if (!s.empty() && s[0] == '/') s = s.substr(1);
   const size_t slash = s.find('/');
@@ -119,7 +119,7 @@ absl::StatusOr<JobPath> ParseJobPath(const std::string& rest) {
   }
   p.id = s;
   if (p.id.empty() && (!p.tail.empty() || !p.action.empty())) {
-    return absl::InvalidArgumentError("missing job id in the path");
+    return absl::InvalidArgumentError("missing id in the path");
   }
   return p;
 }
@@ -140,7 +140,8 @@ HttpResponse NotFound(const std::string& path) {
 HttpResponse GetJobs(const RestCall& m) {
   SchedulerCore* core = m.core;
   const HttpRequest& req = m.request;
-  auto path = ParseJobPath(req.path.substr(std::string("/v1/jobs").size()));
+  auto path =
+      ParseResourcePath(req.path.substr(std::string("/v1/jobs").size()));
   if (!path.ok()) return ErrorResponse(path.status());
   if (path->id.empty()) {
     return Respond<v1::ListJobsResponse>(
@@ -218,7 +219,8 @@ HttpResponse GetJobs(const RestCall& m) {
 HttpResponse PostJobs(const RestCall& m) {
   SchedulerCore* core = m.core;
   const HttpRequest& req = m.request;
-  auto path = ParseJobPath(req.path.substr(std::string("/v1/jobs").size()));
+  auto path =
+      ParseResourcePath(req.path.substr(std::string("/v1/jobs").size()));
   if (!path.ok()) return ErrorResponse(path.status());
   if (path->id.empty()) {
     return Respond<v1::Job>(m, "SubmitJob", [&]() -> absl::StatusOr<v1::Job> {
@@ -315,14 +317,14 @@ void InstallRestGateway(HttpServer* http, SchedulerCore* core,
   http->Handle("DELETE", "/v1/workers/", [=](const HttpRequest& r) {
     // The route's prefix also matches "/v1/workers" itself; only
     // "/v1/workers/ID" names a worker.
-    constexpr absl::string_view kPrefix = "/v1/workers/";
-    const absl::string_view path = r.path;
-    if (!absl::StartsWith(path, kPrefix) || path.size() == kPrefix.size() ||
-        absl::StrContains(path.substr(kPrefix.size()), '/')) {
+    auto path =
+        ParseResourcePath(r.path.substr(std::string("/v1/workers").size()));
+    if (!path.ok() || path->id.empty() || !path->tail.empty() ||
+        !path->action.empty()) {
       return NotFound(r.path);
     }
     v1::RemoveWorkerRequest q;
-    q.set_worker_id(std::string(path.substr(kPrefix.size())));
+    q.set_worker_id(path->id);
     return Respond<v1::RemoveWorkerResponse>(
         RestCall{core, metrics, auth, r}, "RemoveWorker",
         [&] { return core->RemoveWorker(q); });
