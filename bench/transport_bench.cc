@@ -9,6 +9,14 @@
 // {"bench":"transport", ..., "ratio_vs_tcp": <the smallest ratio over the
 // sizes of at least 1 MiB>, "ratio_vs_tcp_1mib": ..., "ratio_vs_tcp_4mib":
 // ...}: the headline is the worst case, not the best-looking size.
+//
+// First, in one process, the codec's own cost on the critical path: a
+// 16 MiB float32 activation ([16384, 256]) encoded into 1 MiB frames and
+// decoded back to float32 by a FrameAssembler, per wire format (f32, bf16,
+// int8 and int4 with 128-element groups, nearest and stochastic
+// rounding): GB/s of float32 tensor per second each way (best of 10) and
+// the wire bytes as a share of float32's. In the JSON: "codec_<format>_
+// encode_gbps", "..._decode_gbps", "..._bytes_ratio".
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -23,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -272,7 +281,96 @@ double TcpSend(int port, int64_t bytes, int count) {
   return seconds;
 }
 
+// ---- Codec cost (in process) ----
+
+struct CodecFormat {
+  const char* name;
+  v1::DType dtype;
+  v1::WireQuantization quantization;
+  v1::WireRounding rounding;
+};
+
+// Encodes and decodes `tensor` in `format` `reps` times; appends the
+// figures to `json`.
+bool MeasureCodec(const CodecFormat& f, const Tensor& tensor, int reps,
+                  std::string* json) {
+  WireFormat format;
+  format.dtype = f.dtype;
+  format.compression.set_activations(f.quantization);
+  format.compression.set_rounding(f.rounding);
+  format.seed = 1;
+  StageMessage message;
+  message.kind = MessageKind::kActivation;
+  message.tensors = {tensor};
+  FrameAssembler assembler;
+  assembler.set_wire_format(format);
+  double best_encode = 1e9, best_decode = 1e9;
+  for (int rep = 0; rep < reps; ++rep) {
+    message.micro_batch = rep;
+    const double t0 = Now();
+    auto frames = EncodeMessage("job", message, format, kDefaultChunkBytes);
+    const double t1 = Now();
+    if (!frames.ok()) {
+      std::fprintf(stderr, "%s: %s\n", f.name,
+                   std::string(frames.status().message()).c_str());
+      return false;
+    }
+    std::optional<StageMessage> out;
+    for (const grpc::ByteBuffer& frame : *frames) {
+      auto decoded = assembler.Add(frame);
+      if (!decoded.ok()) return false;
+      if (decoded->message.has_value()) out = std::move(decoded->message);
+    }
+    const double t2 = Now();
+    if (!out.has_value()) return false;
+    best_encode = std::min(best_encode, t1 - t0);
+    best_decode = std::min(best_decode, t2 - t1);
+  }
+  const double f32_bytes = static_cast<double>(tensor.numel()) * 4;
+  const double ratio = WirePayloadBytes(message, format) / f32_bytes;
+  std::printf(
+      "codec %-15s encode %6.2f GB/s, decode %6.2f GB/s of float32; wire "
+      "bytes %.3f of f32\n",
+      f.name, f32_bytes / best_encode / 1e9, f32_bytes / best_decode / 1e9,
+      ratio);
+  *json += absl::StrFormat(
+      ",\"codec_%s_encode_gbps\":%.3f,\"codec_%s_decode_gbps\":%.3f,"
+      "\"codec_%s_bytes_ratio\":%.4f",
+      f.name, f32_bytes / best_encode / 1e9, f.name,
+      f32_bytes / best_decode / 1e9, f.name, ratio);
+  return true;
+}
+
+bool MeasureCodecs(std::string* json) {
+  Tensor tensor = Tensor::Host({16384, 256});
+  uint64_t state = 12345;
+  for (int64_t i = 0; i < tensor.numel(); ++i) {  // activation-like values
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    tensor.f32()[i] = static_cast<float>(state >> 40) / (1 << 24) * 4 - 1;
+  }
+  const CodecFormat formats[] = {
+      {"f32", v1::DTYPE_F32, v1::WIRE_QUANTIZATION_NONE,
+       v1::WIRE_ROUNDING_NEAREST},
+      {"bf16", v1::DTYPE_BF16, v1::WIRE_QUANTIZATION_NONE,
+       v1::WIRE_ROUNDING_NEAREST},
+      {"int8", v1::DTYPE_F32, v1::WIRE_QUANTIZATION_INT8,
+       v1::WIRE_ROUNDING_NEAREST},
+      {"int8_stochastic", v1::DTYPE_F32, v1::WIRE_QUANTIZATION_INT8,
+       v1::WIRE_ROUNDING_STOCHASTIC},
+      {"int4", v1::DTYPE_F32, v1::WIRE_QUANTIZATION_INT4,
+       v1::WIRE_ROUNDING_NEAREST},
+      {"int4_stochastic", v1::DTYPE_F32, v1::WIRE_QUANTIZATION_INT4,
+       v1::WIRE_ROUNDING_STOCHASTIC},
+  };
+  for (const CodecFormat& f : formats) {
+    if (!MeasureCodec(f, tensor, 10, json)) return false;
+  }
+  return true;
+}
+
 int Main() {
+  std::string json = "{\"bench\":\"transport\"";
+  if (!MeasureCodecs(&json)) return 1;
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return 1;
   const pid_t child = fork();
@@ -285,7 +383,6 @@ int Main() {
   if (read(pipe_fds[0], ports, sizeof(ports)) != sizeof(ports)) return 1;
   auto channel =
       CreatePipetrainChannel(absl::StrFormat("127.0.0.1:%d", ports[0]));
-  std::string json = "{\"bench\":\"transport\"";
   double worst_ratio = 1e9;  // over sizes >= 1 MiB
   double ratio_1mib = 0, ratio_4mib = 0;
   for (int64_t mib : {1, 4, 16, 64}) {

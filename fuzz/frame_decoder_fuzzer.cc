@@ -2,13 +2,20 @@
 // bytes a peer sends on an Exchange stream, header parse and payload
 // reassembly across frames.
 //
-// Input: byte 0 picks the receiver's wire dtype (f32, bf16, f16); then
-// frames, each a 2-byte little-endian length and that many bytes, cut into
+// Input: byte 0 picks the receiver's wire format: byte % 3 the wire dtype
+// (f32, bf16, f16), byte / 3 % 3 the quantization of both directions
+// (none, int8, int4), byte / 9 % 2 the group size (the default, or 4);
+// then frames, each a 2-byte little-endian length and that many bytes, cut into
 // up to three gRPC slices (a third byte per frame says where) so the reader
 // crosses slice boundaries as it does on gRPC's receive buffers.
 //
 // Beyond "no crash, no sanitizer report": a message the decoder completes
-// re-encodes and decodes to the same tensors (bit for bit; NaN as NaN).
+// re-encodes and decodes to the same tensors (bit for bit; NaN as NaN)
+// when its payload is not quantized; a quantized one re-encodes (unless it
+// decoded to non-finite values, which the encoder must refuse with an
+// error) and decodes to tensors of the same shapes, each element within
+// half a quantization step of the value it re-encoded.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +29,18 @@ namespace {
 
 constexpr v1::DType kWireDTypes[] = {v1::DTYPE_F32, v1::DTYPE_BF16,
                                      v1::DTYPE_F16};
+constexpr v1::WireQuantization kQuantizations[] = {v1::WIRE_QUANTIZATION_NONE,
+                                                   v1::WIRE_QUANTIZATION_INT8,
+                                                   v1::WIRE_QUANTIZATION_INT4};
+
+WireFormat FormatOf(uint8_t byte) {
+  WireFormat format;
+  format.dtype = kWireDTypes[byte % 3];
+  format.compression.set_activations(kQuantizations[byte / 3 % 3]);
+  format.compression.set_gradients(kQuantizations[byte / 3 % 3]);
+  format.compression.set_group_size(byte / 9 % 2 == 0 ? 0 : 4);
+  return format;
+}
 
 // One frame of `bytes`, split into slices at `cut` (0 to 255) thirds.
 grpc::ByteBuffer FrameOf(const uint8_t* data, size_t n, uint8_t cut) {
@@ -41,12 +60,38 @@ bool SameFloat(float a, float b) {
   return std::memcmp(&a, &b, sizeof(float)) == 0;
 }
 
-// A decoded message survives a second trip through the codec unchanged.
-void CheckRoundTrip(const StageMessage& in, v1::DType wire) {
-  auto frames = EncodeMessage("job", in, wire, /*chunk_bytes=*/64);
-  if (!frames.ok()) __builtin_trap();
+bool AllFinite(const Tensor& t) {
+  for (int64_t e = 0; e < t.numel(); ++e) {
+    if (!std::isfinite(t.f32()[e])) return false;
+  }
+  return true;
+}
+
+// Whether `b` is `a` within half a step of a group of a quantized row
+// whose values span at most `span` (float32 rounding allowed for).
+bool WithinHalfStep(float a, float b, double span, int bits) {
+  const double step = span / ((1 << bits) - 1);
+  return std::fabs(static_cast<double>(a) - b) <=
+         0.5 * step * 1.001 + 1e-6 * (std::fabs(a) + span);
+}
+
+// A decoded message survives a second trip through the codec: unchanged,
+// or for a quantized payload within half a step.
+void CheckRoundTrip(const StageMessage& in, const WireFormat& format) {
+  const v1::WireQuantization q = PayloadQuantization(format, in.kind);
+  auto frames = EncodeMessage("job", in, format, /*chunk_bytes=*/64);
+  if (q != v1::WIRE_QUANTIZATION_NONE && !in.tensors.empty() &&
+      !AllFinite(in.tensors[0])) {
+    if (frames.ok()) __builtin_trap();  // NaN / Inf must not be sent
+    return;
+  }
+  if (!frames.ok()) {
+    // Finite values whose group range overflows float32 are refused too.
+    if (q != v1::WIRE_QUANTIZATION_NONE) return;
+    __builtin_trap();
+  }
   FrameAssembler assembler;
-  assembler.set_wire_dtype(wire);
+  assembler.set_wire_format(format);
   std::optional<StageMessage> out;
   for (const grpc::ByteBuffer& frame : *frames) {
     auto decoded = assembler.Add(frame);
@@ -61,6 +106,21 @@ void CheckRoundTrip(const StageMessage& in, v1::DType wire) {
     const Tensor& a = in.tensors[i];
     const Tensor& b = out->tensors[i];
     if (a.shape() != b.shape()) __builtin_trap();
+    if (i == 0 && q != v1::WIRE_QUANTIZATION_NONE) {
+      // The tensor's whole range bounds every group's.
+      double lo = 0, hi = 0;
+      for (int64_t e = 0; e < a.numel(); ++e) {
+        lo = std::min<double>(lo, a.f32()[e]);
+        hi = std::max<double>(hi, a.f32()[e]);
+      }
+      const int bits = q == v1::WIRE_QUANTIZATION_INT8 ? 8 : 4;
+      for (int64_t e = 0; e < a.numel(); ++e) {
+        if (!WithinHalfStep(a.f32()[e], b.f32()[e], hi - lo, bits)) {
+          __builtin_trap();
+        }
+      }
+      continue;
+    }
     for (int64_t e = 0; e < a.numel(); ++e) {
       if (!SameFloat(a.f32()[e], b.f32()[e])) __builtin_trap();
     }
@@ -73,9 +133,9 @@ void CheckRoundTrip(const StageMessage& in, v1::DType wire) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pipetrain;
   if (size < 1) return 0;
-  const v1::DType wire = kWireDTypes[data[0] % 3];
+  const WireFormat format = FormatOf(data[0]);
   FrameAssembler assembler;
-  assembler.set_wire_dtype(wire);
+  assembler.set_wire_format(format);
   size_t pos = 1;
   while (pos + 3 <= size) {
     const size_t len = data[pos] | (size_t{data[pos + 1]} << 8);
@@ -86,7 +146,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         assembler.Add(FrameOf(data + pos, n, cut));
     pos += n;
     if (decoded.ok() && decoded->message) {
-      CheckRoundTrip(*decoded->message, wire);
+      CheckRoundTrip(*decoded->message, format);
     }
   }
   return 0;

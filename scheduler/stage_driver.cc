@@ -51,6 +51,7 @@ std::vector<v1::StageConfig> StageConfigs(const std::string& job_id,
     }
     config.set_schedule(spec.schedule());
     config.set_wire_dtype(spec.wire_dtype());
+    *config.mutable_wire_compression() = spec.wire_compression();
     config.set_recv_timeout_s(recv_timeout_seconds);
     config.set_vertical_sync(spec.vertical_sync());
   }

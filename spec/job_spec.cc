@@ -117,6 +117,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (!kind.ok()) return Invalid("schedule", kind.status().message());
   const absl::StatusOr<DType> wire = DTypeFromProto(spec.wire_dtype());
   if (!wire.ok()) return Invalid("wire_dtype", wire.status().message());
+  RETURN_IF_ERROR(ValidateWireCompression(spec.wire_compression(),
+                                          "spec.wire_compression"));
   if (spec.eval_samples() < 0) {
     return Invalid("eval_samples",
                    absl::StrCat(spec.eval_samples(), " must be >= 0 (0: all)"));

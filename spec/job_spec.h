@@ -22,13 +22,14 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecJson(const std::string& json);
 
 // Checks the training spec (spec/training_spec.h); the stage count against
 // the model; that the schedule and wire dtype are values this build knows;
-// the schedule's options (vertical_sync only with SCHEDULE_ASYNC_1F1B,
-// virtual_stages only with SCHEDULE_INTERLEAVED, whose workers need
-// micro-batches divisible by the stage count and enough layers); no
-// gradient clipping under the cross-step schedules (a global norm would
-// make every update wait for every stage); and, when the stage count is
-// fixed, that the schedule can be built (e.g. 2bw needs micro_batches >=
-// num_stages - 1). InvalidArgument naming the field.
+// the wire compression's values (spec/vocabulary.h's
+// ValidateWireCompression); the schedule's options (vertical_sync only with
+// SCHEDULE_ASYNC_1F1B, virtual_stages only with SCHEDULE_INTERLEAVED, whose
+// workers need micro-batches divisible by the stage count and enough layers);
+// no gradient clipping under the cross-step schedules (a global norm would make
+// every update wait for every stage); and, when the stage count is fixed, that
+// the schedule can be built (e.g. 2bw needs micro_batches >= num_stages - 1).
+// InvalidArgument naming the field.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
 // The job's schedule on `num_stages` stages (>= 1): its kind, K, M and,

@@ -77,6 +77,26 @@ TEST(JobSpec, UnknownScheduleAndDTypeValuesAreErrors) {
   v1::JobSpec job = Job(v1::SCHEDULE_GPIPE, 2);
   job.set_wire_dtype(static_cast<v1::DType>(5));
   ExpectInvalid(job, "spec.wire_dtype");
+  // The quantized formats are WireCompression's, not wire dtypes.
+  job.set_wire_dtype(v1::DTYPE_INT8);
+  ExpectInvalid(job, "spec.wire_dtype");
+}
+
+TEST(JobSpec, WireCompressionIsValidated) {
+  v1::JobSpec job = Job(v1::SCHEDULE_GPIPE, 2);
+  ASSERT_TRUE(ParseJson(R"({"activations": "WIRE_QUANTIZATION_INT8",
+                            "gradients": "WIRE_QUANTIZATION_INT4",
+                            "rounding": "WIRE_ROUNDING_STOCHASTIC",
+                            "groupSize": 64})",
+                        job.mutable_wire_compression())
+                  .ok());
+  EXPECT_TRUE(ValidateJobSpec(job).ok());
+  job.mutable_wire_compression()->set_group_size(-4);
+  ExpectInvalid(job, "spec.wire_compression.group_size");
+  job.mutable_wire_compression()->set_group_size(0);
+  job.mutable_wire_compression()->set_gradients(
+      static_cast<v1::WireQuantization>(3));
+  ExpectInvalid(job, "spec.wire_compression.gradients");
 }
 
 TEST(JobSpec, ScheduleOptionsBelongToTheirSchedule) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "spec/wire_size.h"
 
 namespace pipetrain {
 namespace {
@@ -128,6 +129,115 @@ absl::StatusOr<DType> DTypeFromProto(v1::DType dtype) {
   return absl::InvalidArgumentError(
       absl::StrCat("dtype: unknown value ", static_cast<int>(dtype),
                    " (valid: ", ValidDTypeNames(), ")"));
+}
+
+}  // namespace pipetrain
+
+namespace pipetrain {
+namespace {
+
+constexpr v1::WireQuantization kWireQuantizations[] = {
+    v1::WIRE_QUANTIZATION_NONE, v1::WIRE_QUANTIZATION_INT8,
+    v1::WIRE_QUANTIZATION_INT4};
+constexpr v1::WireRounding kWireRoundings[] = {v1::WIRE_ROUNDING_NEAREST,
+                                               v1::WIRE_ROUNDING_STOCHASTIC};
+
+const char* KnownQuantizationName(v1::WireQuantization q) {
+  switch (q) {
+    case v1::WIRE_QUANTIZATION_NONE:
+      return "none";
+    case v1::WIRE_QUANTIZATION_INT8:
+      return "int8";
+    case v1::WIRE_QUANTIZATION_INT4:
+      return "int4";
+    default:
+      return nullptr;
+  }
+}
+
+const char* KnownRoundingName(v1::WireRounding r) {
+  switch (r) {
+    case v1::WIRE_ROUNDING_NEAREST:
+      return "nearest";
+    case v1::WIRE_ROUNDING_STOCHASTIC:
+      return "stochastic";
+    default:
+      return nullptr;
+  }
+}
+
+template <typename E, size_t N>
+std::string ValidNames(const E (&values)[N], const char* (*name)(E)) {
+  return absl::StrJoin(values, ", ",
+                       [name](std::string* out, E v) { out->append(name(v)); });
+}
+
+}  // namespace
+
+std::string WireQuantizationName(v1::WireQuantization quantization) {
+  const char* name = KnownQuantizationName(quantization);
+  return name != nullptr
+             ? name
+             : absl::StrCat("unknown(", static_cast<int>(quantization), ")");
+}
+
+absl::StatusOr<v1::WireQuantization> ParseWireQuantization(
+    absl::string_view name) {
+  for (v1::WireQuantization q : kWireQuantizations) {
+    if (name == KnownQuantizationName(q)) return q;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown wire quantization \"", name,
+      "\"; valid: ", ValidNames(kWireQuantizations, &KnownQuantizationName)));
+}
+
+std::string WireRoundingName(v1::WireRounding rounding) {
+  const char* name = KnownRoundingName(rounding);
+  return name != nullptr
+             ? name
+             : absl::StrCat("unknown(", static_cast<int>(rounding), ")");
+}
+
+absl::StatusOr<v1::WireRounding> ParseWireRounding(absl::string_view name) {
+  for (v1::WireRounding r : kWireRoundings) {
+    if (name == KnownRoundingName(r)) return r;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown wire rounding \"", name,
+      "\"; valid: ", ValidNames(kWireRoundings, &KnownRoundingName)));
+}
+
+absl::Status ValidateWireCompression(const v1::WireCompression& compression,
+                                     absl::string_view prefix) {
+  const auto quantization = [&](const char* field,
+                                v1::WireQuantization q) -> absl::Status {
+    if (KnownQuantizationName(q) != nullptr) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ".", field, ": unknown value ", static_cast<int>(q),
+        " (valid: ", ValidNames(kWireQuantizations, &KnownQuantizationName),
+        ")"));
+  };
+  if (absl::Status s = quantization("activations", compression.activations());
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = quantization("gradients", compression.gradients());
+      !s.ok()) {
+    return s;
+  }
+  if (KnownRoundingName(compression.rounding()) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ".rounding: unknown value ",
+        static_cast<int>(compression.rounding()),
+        " (valid: ", ValidNames(kWireRoundings, &KnownRoundingName), ")"));
+  }
+  if (compression.group_size() < 0 ||
+      compression.group_size() > kMaxWireGroupSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ".group_size: ", compression.group_size(), " must be in [0, ",
+        kMaxWireGroupSize, "] (0: the default, ", kDefaultWireGroupSize, ")"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pipetrain

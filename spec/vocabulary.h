@@ -6,9 +6,13 @@
 #ifndef PIPETRAIN_SPEC_VOCABULARY_H_
 #define PIPETRAIN_SPEC_VOCABULARY_H_
 
+#include <cstdint>
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/dtype.h"
+#include "pipetrain/v1/job.pb.h"
 #include "pipetrain/v1/stage.pb.h"
 #include "pipetrain/v1/tensor.pb.h"
 
@@ -51,6 +55,25 @@ absl::StatusOr<DType> ParseDTypeName(absl::string_view name);
 absl::StatusOr<DType> DTypeFromProto(v1::DType dtype);
 // A value cast from outside the enum maps to -1, which FromProto rejects.
 v1::DType DTypeToProto(DType dtype);
+
+// Wire compression (WireCompression in job.proto): "none", "int8",
+// "int4" and "nearest", "stochastic"; "unknown(N)" for a value outside the
+// enum. The parsers answer InvalidArgument listing the valid names.
+std::string WireQuantizationName(v1::WireQuantization quantization);
+absl::StatusOr<v1::WireQuantization> ParseWireQuantization(
+    absl::string_view name);
+std::string WireRoundingName(v1::WireRounding rounding);
+absl::StatusOr<v1::WireRounding> ParseWireRounding(absl::string_view name);
+
+// The largest WireCompression.group_size accepted (a group this long is
+// a whole row of any activation in practice).
+inline constexpr int32_t kMaxWireGroupSize = 1 << 20;
+
+// A WireCompression this build can apply: known quantizations and
+// rounding, 0 <= group_size <= kMaxWireGroupSize. InvalidArgument naming
+// the field as `prefix`.<field> (e.g. "spec.wire_compression.group_size").
+absl::Status ValidateWireCompression(const v1::WireCompression& compression,
+                                     absl::string_view prefix);
 
 }  // namespace pipetrain
 

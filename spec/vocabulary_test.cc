@@ -57,11 +57,22 @@ TEST(Vocabulary, UnknownSchedulesAreErrors) {
   EXPECT_STREQ(ScheduleKindName(static_cast<ScheduleKind>(42)), "unknown");
 }
 
+// The quantized wire formats (DTYPE_INT8, DTYPE_INT4) are not tensor
+// dtypes: a tensor is never stored in them, and DTypeFromProto refuses
+// them (the wire codec reads them with the job's WireCompression).
+bool IsQuantizedWireFormat(v1::DType dtype) {
+  return dtype == v1::DTYPE_INT8 || dtype == v1::DTYPE_INT4;
+}
+
 TEST(Vocabulary, EveryDTypeTheProtoDeclaresConvertsBothWays) {
   const google::protobuf::EnumDescriptor* d = v1::DType_descriptor();
-  ASSERT_EQ(d->value_count(), 3);
+  ASSERT_EQ(d->value_count(), 5);
   for (int i = 0; i < d->value_count(); ++i) {
     const auto proto = static_cast<v1::DType>(d->value(i)->number());
+    if (IsQuantizedWireFormat(proto)) {
+      EXPECT_FALSE(DTypeFromProto(proto).ok()) << d->value(i)->name();
+      continue;
+    }
     absl::StatusOr<DType> dtype = DTypeFromProto(proto);
     ASSERT_TRUE(dtype.ok()) << d->value(i)->name() << ": " << dtype.status();
     EXPECT_EQ(DTypeToProto(*dtype), proto);
@@ -82,6 +93,64 @@ TEST(Vocabulary, UnknownDTypesAreErrorsNotFloat32) {
   EXPECT_EQ(ParseDTypeName("fp8").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(DTypeFromProto(DTypeToProto(static_cast<DType>(7))).ok());
+}
+
+TEST(Vocabulary, WireCompressionNamesConvertBothWays) {
+  const google::protobuf::EnumDescriptor* q = v1::WireQuantization_descriptor();
+  for (int i = 0; i < q->value_count(); ++i) {
+    const auto value = static_cast<v1::WireQuantization>(q->value(i)->number());
+    absl::StatusOr<v1::WireQuantization> parsed =
+        ParseWireQuantization(WireQuantizationName(value));
+    ASSERT_TRUE(parsed.ok()) << q->value(i)->name() << ": " << parsed.status();
+    EXPECT_EQ(*parsed, value);
+  }
+  const google::protobuf::EnumDescriptor* r = v1::WireRounding_descriptor();
+  for (int i = 0; i < r->value_count(); ++i) {
+    const auto value = static_cast<v1::WireRounding>(r->value(i)->number());
+    absl::StatusOr<v1::WireRounding> parsed =
+        ParseWireRounding(WireRoundingName(value));
+    ASSERT_TRUE(parsed.ok()) << r->value(i)->name() << ": " << parsed.status();
+    EXPECT_EQ(*parsed, value);
+  }
+  EXPECT_EQ(WireQuantizationName(v1::WIRE_QUANTIZATION_INT4), "int4");
+  EXPECT_EQ(WireRoundingName(v1::WIRE_ROUNDING_STOCHASTIC), "stochastic");
+  EXPECT_EQ(WireQuantizationName(static_cast<v1::WireQuantization>(9)),
+            "unknown(9)");
+  EXPECT_THAT(ParseWireQuantization("fp8").status().message(),
+              HasSubstr("valid: none, int8, int4"));
+  EXPECT_THAT(ParseWireRounding("up").status().message(),
+              HasSubstr("valid: nearest, stochastic"));
+}
+
+TEST(Vocabulary, WireCompressionIsValidatedFieldByField) {
+  v1::WireCompression c;
+  EXPECT_TRUE(ValidateWireCompression(c, "spec.wire_compression").ok());
+  c.set_activations(v1::WIRE_QUANTIZATION_INT4);
+  c.set_gradients(v1::WIRE_QUANTIZATION_INT8);
+  c.set_rounding(v1::WIRE_ROUNDING_STOCHASTIC);
+  c.set_group_size(kMaxWireGroupSize);
+  EXPECT_TRUE(ValidateWireCompression(c, "spec.wire_compression").ok());
+  struct Case {
+    v1::WireCompression c;
+    const char* message;
+  };
+  std::vector<Case> cases(4, Case{c, ""});
+  cases[0].c.set_activations(static_cast<v1::WireQuantization>(7));
+  cases[0].message = "spec.wire_compression.activations: unknown value 7";
+  cases[1].c.set_gradients(static_cast<v1::WireQuantization>(-1));
+  cases[1].message = "spec.wire_compression.gradients: unknown value -1";
+  cases[2].c.set_rounding(static_cast<v1::WireRounding>(3));
+  cases[2].message = "spec.wire_compression.rounding: unknown value 3";
+  cases[3].c.set_group_size(-1);
+  cases[3].message = "spec.wire_compression.group_size: -1 must be in [0, ";
+  for (const Case& bad : cases) {
+    const absl::Status s =
+        ValidateWireCompression(bad.c, "spec.wire_compression");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr(bad.message));
+  }
+  c.set_group_size(kMaxWireGroupSize + 1);
+  EXPECT_FALSE(ValidateWireCompression(c, "x").ok());
 }
 
 }  // namespace

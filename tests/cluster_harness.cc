@@ -241,6 +241,7 @@ PipelineRun RunPipeline(std::vector<Worker>& workers, const std::string& job,
       c->set_downstream(workers[(s + 1) % k].address);
     }
     c->set_wire_dtype(options.wire);
+    *c->mutable_wire_compression() = options.wire_compression;
     c->set_schedule(options.schedule);
     c->set_recv_timeout_s(60);
     c->set_start_step(options.start_step);

@@ -91,6 +91,8 @@ struct PipelineRun {
 
 struct PipelineOptions {
   v1::DType wire = v1::DTYPE_F32;
+  // Quantized activations / gradients on the wire (none by default).
+  v1::WireCompression wire_compression;
   v1::ScheduleKindProto schedule = v1::SCHEDULE_GPIPE;
   double timeout_s = 120;
   bool fetch_weights = true;

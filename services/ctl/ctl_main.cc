@@ -39,6 +39,9 @@ ABSL_FLAG(std::string, schedule, "",
 ABSL_FLAG(std::string, wire, "",
           "submit: f32, bf16 or f16 activations on the wire (default: as in "
           "the spec)");
+ABSL_FLAG(std::string, wire_compression, "",
+          "submit: none, int8 or int4 activations and gradients on the wire "
+          "(quantized; default: as in the spec)");
 ABSL_FLAG(int64_t, since, 0, "versions: history from this step on");
 ABSL_FLAG(int64_t, steps, 5, "trace: how many recent steps to export");
 ABSL_FLAG(std::string, out, "",
@@ -100,6 +103,9 @@ std::string OptionsFromFlags(CtlOptions* options) {
   }
   if (!absl::GetFlag(FLAGS_wire).empty()) {
     overrides.wire = absl::GetFlag(FLAGS_wire);
+  }
+  if (!absl::GetFlag(FLAGS_wire_compression).empty()) {
+    overrides.wire_compression = absl::GetFlag(FLAGS_wire_compression);
   }
   // Checked here so a bad value is a usage error before any call.
   v1::JobSpec scratch;

@@ -54,6 +54,12 @@ absl::Status ApplyJobOverrides(const JobOverrides& overrides,
     ASSIGN_OR_RETURN(DType dtype, ParseDTypeName(*overrides.wire));
     spec->set_wire_dtype(DTypeToProto(dtype));
   }
+  if (overrides.wire_compression.has_value()) {
+    ASSIGN_OR_RETURN(v1::WireQuantization q,
+                     ParseWireQuantization(*overrides.wire_compression));
+    spec->mutable_wire_compression()->set_activations(q);
+    spec->mutable_wire_compression()->set_gradients(q);
+  }
   return absl::OkStatus();
 }
 

@@ -33,10 +33,13 @@ struct JobOverrides {
   std::optional<int> num_stages;
   std::optional<std::string> schedule;
   std::optional<std::string> wire;
+  // "none", "int8" or "int4": the quantization of both activations and
+  // gradients on the wire (WireCompression); its other fields stay.
+  std::optional<std::string> wire_compression;
 };
 
-// InvalidArgument for an unknown schedule or dtype name. Values are not
-// checked against each other here; ValidateJobSpec does that.
+// InvalidArgument for an unknown schedule, dtype or quantization name. Values
+// are not checked against each other here; ValidateJobSpec does that.
 absl::Status ApplyJobOverrides(const JobOverrides& overrides,
                                v1::JobSpec* spec);
 

@@ -79,10 +79,15 @@ TEST(ApplyJobOverrides, FlagsReplaceTheSpecsValues) {
   overrides.num_stages = 2;
   overrides.schedule = "gpipe";
   overrides.wire = "bf16";
+  overrides.wire_compression = "int4";
+  spec.mutable_wire_compression()->set_group_size(64);
   ASSERT_TRUE(ApplyJobOverrides(overrides, &spec).ok());
   EXPECT_EQ(spec.num_stages(), 2);
   EXPECT_EQ(spec.schedule(), v1::SCHEDULE_GPIPE);
   EXPECT_EQ(spec.wire_dtype(), v1::DTYPE_BF16);
+  EXPECT_EQ(spec.wire_compression().activations(), v1::WIRE_QUANTIZATION_INT4);
+  EXPECT_EQ(spec.wire_compression().gradients(), v1::WIRE_QUANTIZATION_INT4);
+  EXPECT_EQ(spec.wire_compression().group_size(), 64);
 }
 
 TEST(ApplyJobOverrides, UnsetFlagsLeaveTheSpecAlone) {
@@ -100,6 +105,13 @@ TEST(ApplyJobOverrides, RejectsUnknownNames) {
   wire.wire = "fp8";
   EXPECT_EQ(ApplyJobOverrides(wire, &spec).code(),
             absl::StatusCode::kInvalidArgument);
+  JobOverrides compression;
+  compression.wire_compression = "int2";
+  const absl::Status bad_compression = ApplyJobOverrides(compression, &spec);
+  EXPECT_EQ(bad_compression.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_compression.message(),
+              HasSubstr("unknown wire quantization \"int2\"; valid: none, "
+                        "int8, int4"));
   JobOverrides schedule;
   schedule.schedule = "1f1b";
   const absl::Status status = ApplyJobOverrides(schedule, &spec);

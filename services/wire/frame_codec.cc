@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "services/wire/quantize.h"
 #include "spec/vocabulary.h"
+#include "spec/wire_size.h"
 #include "worker/compute/half.h"
 
 namespace pipetrain {
@@ -75,7 +77,7 @@ bool SameMessage(const v1::FrameHeader& a, const v1::FrameHeader& b) {
   for (int i = 0; i < a.tensors_size(); ++i) {
     const v1::TensorMeta& x = a.tensors(i);
     const v1::TensorMeta& y = b.tensors(i);
-    if (x.dtype() != y.dtype() ||
+    if (x.dtype() != y.dtype() || x.group_size() != y.group_size() ||
         !std::equal(x.shape().begin(), x.shape().end(), y.shape().begin(),
                     y.shape().end())) {
       return false;
@@ -88,9 +90,51 @@ bool SameMessage(const v1::FrameHeader& a, const v1::FrameHeader& b) {
 struct Layout {
   std::vector<int64_t> offsets;
   std::vector<int64_t> sizes;
+  // A quantized tensor's dtype is float32, what it decodes to.
   std::vector<DType> dtypes;
+  // Quantized tensors: code bits (0: not quantized), rows, elements per
+  // row, the group size and the bytes of a row.
+  struct Quantized {
+    int bits = 0;
+    int64_t rows = 0;
+    int64_t cols = 0;
+    int64_t group = 1;
+    int64_t row_bytes = 0;
+  };
+  std::vector<Quantized> quantized;
   int64_t total = 0;
 };
+
+v1::WireQuantization QuantizationOf(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_INT8:
+      return v1::WIRE_QUANTIZATION_INT8;
+    case v1::DTYPE_INT4:
+      return v1::WIRE_QUANTIZATION_INT4;
+    default:
+      return v1::WIRE_QUANTIZATION_NONE;
+  }
+}
+
+v1::DType QuantizedDType(v1::WireQuantization q) {
+  return q == v1::WIRE_QUANTIZATION_INT8 ? v1::DTYPE_INT8 : v1::DTYPE_INT4;
+}
+
+// The elements per row of a tensor of `shape` (its last dimension; a
+// scalar is one row of one).
+template <typename Dims>
+int64_t RowLength(const Dims& shape) {
+  return shape.empty() ? 1 : *(shape.end() - 1);
+}
+
+// A wire dtype's name: f32, bf16, f16, int8, int4.
+std::string WireDTypeName(v1::DType dtype) {
+  const v1::WireQuantization q = QuantizationOf(dtype);
+  if (q != v1::WIRE_QUANTIZATION_NONE) return WireQuantizationName(q);
+  const absl::StatusOr<DType> known = DTypeFromProto(dtype);
+  return known.ok() ? DTypeName(*known)
+                    : absl::StrCat("unknown(", static_cast<int>(dtype), ")");
+}
 
 // The layout of the header's tensors; with `as_f32`, of the same tensors
 // widened to float32 (what the decoder assembles).
@@ -98,7 +142,11 @@ absl::StatusOr<Layout> LayoutOf(const v1::FrameHeader& header,
                                 bool as_f32 = false) {
   Layout layout;
   for (const v1::TensorMeta& meta : header.tensors()) {
-    ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(meta.dtype()));
+    const v1::WireQuantization q = QuantizationOf(meta.dtype());
+    DType dtype = DType::kF32;
+    if (q == v1::WIRE_QUANTIZATION_NONE) {
+      ASSIGN_OR_RETURN(dtype, DTypeFromProto(meta.dtype()));
+    }
     if (as_f32) dtype = DType::kF32;
     int64_t n = 1;
     for (int64_t d : meta.shape()) {
@@ -110,27 +158,69 @@ absl::StatusOr<Layout> LayoutOf(const v1::FrameHeader& header,
         return absl::InvalidArgumentError("tensor too large");
       }
     }
+    Layout::Quantized quantized;
+    int64_t size = n * static_cast<int64_t>(DTypeSize(dtype));
+    if (q != v1::WIRE_QUANTIZATION_NONE && !as_f32 && n > 0) {
+      quantized.bits = WireQuantizationBits(q);
+      quantized.cols = RowLength(meta.shape());
+      quantized.rows = n / quantized.cols;
+      if (meta.group_size() < 1 || meta.group_size() > quantized.cols) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a quantized tensor's group size ", meta.group_size(),
+            " is outside [1, ", quantized.cols, "] (its row length)"));
+      }
+      quantized.group = meta.group_size();
+      quantized.row_bytes =
+          QuantizedRowBytes(quantized.cols, quantized.bits, quantized.group);
+      const std::vector<int64_t> shape(meta.shape().begin(),
+                                       meta.shape().end());
+      size =
+          StreamedTensorWireBytes(shape, v1::DTYPE_F32, q, meta.group_size());
+    } else if (q != v1::WIRE_QUANTIZATION_NONE && !as_f32) {
+      size = 0;  // no elements
+    }
     layout.total = AlignUp(layout.total);
     layout.offsets.push_back(layout.total);
-    layout.sizes.push_back(n * static_cast<int64_t>(DTypeSize(dtype)));
+    layout.sizes.push_back(size);
     layout.dtypes.push_back(dtype);
+    layout.quantized.push_back(quantized);
     layout.total += layout.sizes.back();
   }
   return layout;
 }
 
-// Every tensor in the dtype the receiver expects: payload tensors in the
-// wire dtype, the rest in float32.
+// Every tensor in the format the receiver expects: payload tensors
+// quantized as the job's compression says for their direction (with the
+// group size it gives rows of their length) or else in the wire dtype, the
+// rest in float32.
 absl::Status CheckDTypes(const v1::FrameHeader& header, MessageKind kind,
-                         DType wire) {
+                         const WireFormat& format) {
+  const v1::WireQuantization q = PayloadQuantization(format, kind);
   for (int i = 0; i < header.tensors_size(); ++i) {
-    ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(header.tensors(i).dtype()));
-    const DType want = IsPayloadTensor(kind, i) ? wire : DType::kF32;
-    if (dtype != want) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", i, " travels as ", DTypeName(dtype),
-                       ", expected ", DTypeName(want),
-                       IsPayloadTensor(kind, i) ? " (the wire dtype)" : ""));
+    const v1::TensorMeta& meta = header.tensors(i);
+    const bool payload = IsPayloadTensor(kind, i);
+    const v1::DType want = !payload                          ? v1::DTYPE_F32
+                           : q != v1::WIRE_QUANTIZATION_NONE ? QuantizedDType(q)
+                                                             : format.dtype;
+    if (meta.dtype() != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", i, " travels as ", WireDTypeName(meta.dtype()),
+          ", expected ", WireDTypeName(want),
+          !payload                          ? ""
+          : q != v1::WIRE_QUANTIZATION_NONE ? " (the job's wire compression)"
+                                            : " (the wire dtype)"));
+    }
+    if (payload && q != v1::WIRE_QUANTIZATION_NONE) {
+      const int64_t group = EffectiveWireGroupSize(
+          format.compression.group_size(), RowLength(meta.shape()));
+      if (meta.group_size() != group) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", i, " is quantized in groups of ", meta.group_size(),
+            ", expected ", group, " (the job's wire compression)"));
+      }
+    } else if (meta.group_size() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", i, " is not quantized but declares a group size"));
     }
   }
   return absl::OkStatus();
@@ -229,6 +319,23 @@ class SliceReader {
     }
     return true;
   }
+  // The bytes from the read position to the end of its slice (null when
+  // nothing remains), for reading in place; Advance(n) moves past n of
+  // them.
+  const uint8_t* Contiguous(int64_t* available) {
+    while (remaining_ > 0 &&
+           offset_ == static_cast<int64_t>(slices_[index_].size())) {
+      ++index_;
+      offset_ = 0;
+    }
+    if (remaining_ == 0) return nullptr;
+    *available = static_cast<int64_t>(slices_[index_].size()) - offset_;
+    return slices_[index_].begin() + offset_;
+  }
+  void Advance(int64_t n) {
+    offset_ += n;
+    remaining_ -= n;
+  }
   // Reads n 16-bit `from` elements as floats into `out`, a block at a time
   // through a small buffer that stays in cache.
   bool ReadWidened(float* out, int64_t n, DType from) {
@@ -251,10 +358,13 @@ class SliceReader {
 };
 
 // The header of `message`'s frames (offset and total still to set): its
-// float32 payload tensor travels as `wire`, the others as they are.
+// float32 payload tensor travels quantized as `q` says or else as `wire`,
+// the others as they are.
 absl::StatusOr<v1::FrameHeader> MessageHeader(const std::string& job_id,
                                               const StageMessage& message,
-                                              DType wire) {
+                                              DType wire,
+                                              v1::WireQuantization q,
+                                              int32_t group_size) {
   v1::FrameHeader header;
   header.set_kind(KindToProto(message.kind));
   header.set_job_id(job_id);
@@ -273,16 +383,22 @@ absl::StatusOr<v1::FrameHeader> MessageHeader(const std::string& job_id,
         IsPayloadTensor(message.kind, i) && t.dtype() == DType::kF32;
     v1::TensorMeta* meta = header.add_tensors();
     meta->set_dtype(DTypeToProto(narrow ? wire : t.dtype()));
+    if (narrow && q != v1::WIRE_QUANTIZATION_NONE) {
+      meta->set_dtype(QuantizedDType(q));
+      meta->set_group_size(static_cast<int32_t>(
+          EffectiveWireGroupSize(group_size, RowLength(t.shape()))));
+    }
     for (int64_t d : t.shape()) meta->add_shape(d);
   }
   return header;
 }
 
 // Appends the slices of payload bytes [offset, end): the tensors (narrowed
-// where the layout says so) and the alignment gaps between them.
+// where the layout says so, quantized ones from their encoded bytes in
+// `quantized`) and the alignment gaps between them.
 void AppendPayload(const StageMessage& message, const Layout& layout,
-                   int64_t offset, int64_t end,
-                   std::vector<grpc::Slice>* slices) {
+                   const std::vector<grpc::Slice>& quantized, int64_t offset,
+                   int64_t end, std::vector<grpc::Slice>* slices) {
   int64_t pos = offset;
   for (size_t i = 0; i < message.tensors.size() && pos < end; ++i) {
     const int64_t t_begin = layout.offsets[i];
@@ -295,6 +411,11 @@ void AppendPayload(const StageMessage& message, const Layout& layout,
     if (pos >= t_begin && pos < t_end && pos < end) {
       const Tensor& t = message.tensors[i];
       const int64_t len = std::min(end, t_end) - pos;
+      if (layout.quantized[i].bits > 0) {
+        slices->push_back(quantized[i].sub(pos - t_begin, pos - t_begin + len));
+        pos += len;
+        continue;
+      }
       slices->push_back(
           layout.dtypes[i] == t.dtype()
               ? PayloadSlice(t, pos - t_begin, len)
@@ -313,9 +434,9 @@ struct FrameLayouts {
 // The header's layouts, after checking its tensors' dtypes and byte count.
 absl::StatusOr<FrameLayouts> CheckedLayouts(const v1::FrameHeader& h,
                                             MessageKind kind,
-                                            v1::DType wire_dtype) {
-  ASSIGN_OR_RETURN(DType wire, DTypeFromProto(wire_dtype));
-  RETURN_IF_ERROR(CheckDTypes(h, kind, wire));
+                                            const WireFormat& format) {
+  RETURN_IF_ERROR(DTypeFromProto(format.dtype).status());
+  RETURN_IF_ERROR(CheckDTypes(h, kind, format));
   FrameLayouts layouts;
   ASSIGN_OR_RETURN(layouts.wire, LayoutOf(h));
   ASSIGN_OR_RETURN(layouts.widened, LayoutOf(h, /*as_f32=*/true));
@@ -370,13 +491,47 @@ StageMessage AssembledMessage(MessageKind kind, const v1::FrameHeader& h,
   return message;
 }
 
+// Decodes bytes [begin, begin + len) of quantized tensor `q` (offsets in
+// the tensor) from `reader` into its float32 elements at `dst`: whole rows
+// straight from the receive buffer, a row cut by the range's ends through
+// `carry`, which holds the first bytes of a row the previous frame cut.
+void ReadQuantized(const Layout::Quantized& q, int64_t begin, int64_t len,
+                   SliceReader* reader, std::vector<uint8_t>* carry,
+                   float* dst) {
+  int64_t pos = begin;
+  const int64_t stop = begin + len;
+  while (pos < stop) {
+    const int64_t row = pos / q.row_bytes;
+    const int64_t in_row = pos % q.row_bytes;
+    int64_t available = 0;
+    const uint8_t* direct = reader->Contiguous(&available);
+    const int64_t whole = std::min(available, stop - pos) / q.row_bytes;
+    if (in_row == 0 && whole > 0) {
+      DequantizeRows(direct, whole, q.cols, q.bits, q.group,
+                     dst + row * q.cols);
+      reader->Advance(whole * q.row_bytes);
+      pos += whole * q.row_bytes;
+      continue;
+    }
+    const int64_t take = std::min(q.row_bytes - in_row, stop - pos);
+    carry->resize(static_cast<size_t>(q.row_bytes));
+    reader->Read(carry->data() + in_row, take);
+    pos += take;
+    if (in_row + take == q.row_bytes) {
+      DequantizeRows(carry->data(), 1, q.cols, q.bits, q.group,
+                     dst + row * q.cols);
+    }
+  }
+}
+
 // Copies wire bytes [begin, end) of a message from `reader` into `dst`, the
 // message's widened (float32) layout: float32 tensors byte for byte,
-// narrowed ones widened, alignment gaps skipped. The caller checked that
-// the range lies inside the payload and starts and ends on element
+// narrowed ones widened, quantized ones decoded (through `carry`, see
+// ReadQuantized), alignment gaps skipped. The caller checked that the
+// range lies inside the payload and starts and ends on element
 // boundaries.
 void ReadPayload(const FrameLayouts& layouts, int64_t begin, int64_t end,
-                 SliceReader* reader, char* dst) {
+                 SliceReader* reader, char* dst, std::vector<uint8_t>* carry) {
   const Layout& wire = layouts.wire;
   const Layout& widened = layouts.widened;
   int64_t pos = begin;
@@ -391,7 +546,10 @@ void ReadPayload(const FrameLayouts& layouts, int64_t begin, int64_t end,
     if (pos >= t_end || pos >= end) continue;
     const int64_t len = std::min(end, t_end) - pos;
     char* out = dst + widened.offsets[i];
-    if (wire.dtypes[i] == DType::kF32) {
+    if (wire.quantized[i].bits > 0) {
+      ReadQuantized(wire.quantized[i], pos - t_begin, len, reader, carry,
+                    reinterpret_cast<float*>(out));
+    } else if (wire.dtypes[i] == DType::kF32) {
       reader->Read(out + (pos - t_begin), len);
     } else {
       reader->ReadWidened(reinterpret_cast<float*>(out) + (pos - t_begin) / 2,
@@ -428,13 +586,39 @@ grpc::ByteBuffer EncodeHello(const std::string& job_id, int stage) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
+uint64_t WireSeed(const std::string& job_id, int stage) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: stable across builds
+  for (unsigned char c : job_id) h = (h ^ c) * 0x100000001b3ull;
+  return MixSeed(h, static_cast<uint64_t>(stage), 0, 0);
+}
+
+v1::WireQuantization PayloadQuantization(const WireFormat& format,
+                                         MessageKind kind) {
+  if (!IsPayloadTensor(kind, 0)) return v1::WIRE_QUANTIZATION_NONE;
+  return DirectionQuantization(format.compression,
+                               kind == MessageKind::kGradient);
+}
+
 int64_t WirePayloadBytes(const StageMessage& message, v1::DType wire_dtype) {
-  const absl::StatusOr<DType> wire = DTypeFromProto(wire_dtype);
+  WireFormat format;
+  format.dtype = wire_dtype;
+  return WirePayloadBytes(message, format);
+}
+
+int64_t WirePayloadBytes(const StageMessage& message,
+                         const WireFormat& format) {
+  const absl::StatusOr<DType> wire = DTypeFromProto(format.dtype);
+  const v1::WireQuantization q = PayloadQuantization(format, message.kind);
   int64_t n = 0;
   for (size_t i = 0; i < message.tensors.size(); ++i) {
     const Tensor& t = message.tensors[i];
     const bool narrow = wire.ok() && IsPayloadTensor(message.kind, i) &&
                         t.dtype() == DType::kF32;
+    if (narrow && q != v1::WIRE_QUANTIZATION_NONE) {
+      n += StreamedTensorWireBytes(t.shape(), v1::DTYPE_F32, q,
+                                   format.compression.group_size());
+      continue;
+    }
     n +=
         t.numel() * static_cast<int64_t>(DTypeSize(narrow ? *wire : t.dtype()));
   }
@@ -444,11 +628,42 @@ int64_t WirePayloadBytes(const StageMessage& message, v1::DType wire_dtype) {
 absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeMessage(
     const std::string& job_id, const StageMessage& message,
     v1::DType wire_dtype, size_t chunk_bytes) {
-  ASSIGN_OR_RETURN(const DType wire, DTypeFromProto(wire_dtype));
-  ASSIGN_OR_RETURN(v1::FrameHeader header,
-                   MessageHeader(job_id, message, wire));
+  WireFormat format;
+  format.dtype = wire_dtype;
+  return EncodeMessage(job_id, message, format, chunk_bytes);
+}
+
+absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeMessage(
+    const std::string& job_id, const StageMessage& message,
+    const WireFormat& format, size_t chunk_bytes, float* residual) {
+  ASSIGN_OR_RETURN(const DType wire, DTypeFromProto(format.dtype));
+  const v1::WireQuantization q = PayloadQuantization(format, message.kind);
+  ASSIGN_OR_RETURN(
+      v1::FrameHeader header,
+      MessageHeader(job_id, message, wire, q, format.compression.group_size()));
   ASSIGN_OR_RETURN(Layout layout, LayoutOf(header));
   header.set_total_bytes(layout.total);
+  // Quantized tensors are encoded once, into the buffer their frames'
+  // payload slices share.
+  std::vector<grpc::Slice> quantized(message.tensors.size());
+  for (size_t i = 0; i < message.tensors.size(); ++i) {
+    const Layout::Quantized& lq = layout.quantized[i];
+    if (lq.bits == 0) continue;
+    QuantizeOptions options;
+    options.bits = lq.bits;
+    options.group_size = lq.group;
+    options.stochastic =
+        format.compression.rounding() == v1::WIRE_ROUNDING_STOCHASTIC;
+    options.seed = MixSeed(format.seed,
+                           (static_cast<uint64_t>(message.kind) << 32) ^
+                               static_cast<uint32_t>(message.chunk),
+                           static_cast<uint64_t>(message.step),
+                           static_cast<uint64_t>(message.micro_batch));
+    quantized[i] = grpc::Slice(static_cast<size_t>(layout.sizes[i]));
+    RETURN_IF_ERROR(
+        QuantizeRows(message.tensors[i].f32(), lq.rows, lq.cols, options,
+                     const_cast<uint8_t*>(quantized[i].begin()), residual));
+  }
   const int64_t chunk = AlignUp(std::max<int64_t>(kAlign, chunk_bytes));
   std::vector<grpc::ByteBuffer> frames;
   int64_t offset = 0;
@@ -456,7 +671,7 @@ absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeMessage(
     const int64_t end = std::min(layout.total, offset + chunk);
     header.set_offset(offset);
     std::vector<grpc::Slice> slices = {HeaderSlice(header)};
-    AppendPayload(message, layout, offset, end, &slices);
+    AppendPayload(message, layout, quantized, offset, end, &slices);
     frames.emplace_back(slices.data(), slices.size());
     offset = end;
   } while (offset < layout.total);
@@ -529,7 +744,7 @@ absl::StatusOr<DecodedFrame> FrameAssembler::Add(
   if (h.kind() == v1::FRAME_KIND_HELLO) return out;
   ASSIGN_OR_RETURN(MessageKind kind, KindFromProto(h.kind()));
   ASSIGN_OR_RETURN(const FrameLayouts layouts,
-                   CheckedLayouts(h, kind, wire_dtype_));
+                   CheckedLayouts(h, kind, format_));
   if (header_check_) RETURN_IF_ERROR(header_check_(kind, h));
   const Key key{static_cast<int>(kind), h.step(), h.micro_batch(), h.chunk()};
   const absl::Time now = now_();
@@ -545,7 +760,7 @@ absl::StatusOr<DecodedFrame> FrameAssembler::Add(
         h.total_bytes(), " (frames end on multiples of ", kAlign, ")"));
   }
   ReadPayload(layouts, p->received, end, &reader,
-              static_cast<char*>(p->storage->data()));
+              static_cast<char*>(p->storage->data()), &p->row_carry);
   p->received = end;
   if (p->received < h.total_bytes()) return out;
   out.message = AssembledMessage(kind, h, p->storage, layouts.widened);

@@ -15,6 +15,21 @@
 // it back to float32 straight from gRPC's receive buffers and rejects a
 // message whose tensors do not travel in the dtypes it expects.
 //
+// Quantized wire (WireCompression): when the job quantizes a message's
+// direction (activations: ACTIVATION and EVAL_ACTIVATION; gradients:
+// GRADIENT), its payload tensor travels as int8 or int4 codes
+// (services/wire/quantize.h; TensorMeta dtype DTYPE_INT8 / DTYPE_INT4 with
+// the effective group size in TensorMeta.group_size), its byte count
+// spec/wire_size.h's StreamedTensorWireBytes. The encoder quantizes the
+// float32 tensor once, straight into a buffer the frames' payload slices
+// share. Frames still end on multiples of 8 payload bytes, so a quantized
+// row (whose byte count is anything) may straddle frames: the decoder
+// decodes every row whose bytes are all in straight from gRPC's receive
+// buffer into the float32 destination, and copies the bytes of at most
+// one cut row per message aside until the next frame completes it. The
+// receiver rejects a message whose payload does not travel in the format
+// its stage's WireCompression says (dtype, group size, byte count).
+//
 // Encoding a float32 wire never copies tensor data: payload slices point
 // into the tensors' storage and keep it alive until gRPC has written them.
 // Decoding copies (or widens) each payload byte once, into the message's
@@ -47,6 +62,25 @@ inline constexpr int64_t kMaxMessageBytes = int64_t{8} << 30;
 // Frames of a HELLO (the first message an upstream stage sends).
 grpc::ByteBuffer EncodeHello(const std::string& job_id, int stage);
 
+// How a stage's payload tensors travel: quantized where `compression`
+// quantizes the message's direction, else in `dtype` (f32, bf16, f16).
+struct WireFormat {
+  v1::DType dtype = v1::DTYPE_F32;
+  v1::WireCompression compression;
+  // Stochastic rounding: the sending end's seed (WireSeed); the encoder
+  // mixes in the message's kind, chunk, step and micro-batch, so a run
+  // encodes the same bytes every time.
+  uint64_t seed = 0;
+};
+
+// The seed of what stage `stage` of job `job_id` sends.
+uint64_t WireSeed(const std::string& job_id, int stage);
+
+// The quantization (NONE, INT8, INT4) `format` applies to the payload of
+// a `kind` message.
+v1::WireQuantization PayloadQuantization(const WireFormat& format,
+                                         MessageKind kind);
+
 // Frames of one message, its float32 payload tensor narrowed to
 // `wire_dtype` (tensors in another dtype travel as they are, for the
 // receiver to judge). InvalidArgument for tensors that are not on the host
@@ -55,9 +89,24 @@ absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeMessage(
     const std::string& job_id, const StageMessage& message,
     v1::DType wire_dtype, size_t chunk_bytes = kDefaultChunkBytes);
 
-// The bytes a message's tensors take on the wire with `wire_dtype`
-// (alignment gaps and headers left out): what the stage metrics count.
+// Frames of one message in `format`: as above, or, where the format
+// quantizes the message's direction, its float32 payload tensor quantized.
+// `residual` (nullable; the payload's element count of floats) is error
+// feedback for a quantized payload: added to the tensor before it is
+// quantized and replaced by the new quantization error (quantize.h); the
+// caller owns it and ignores it for an unquantized payload. Also
+// InvalidArgument for a payload holding NaN or Inf (the residual is then
+// garbage: reset it).
+absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeMessage(
+    const std::string& job_id, const StageMessage& message,
+    const WireFormat& format, size_t chunk_bytes = kDefaultChunkBytes,
+    float* residual = nullptr);
+
+// The bytes a message's tensors take on the wire with `wire_dtype` /
+// `format` (alignment gaps and headers left out): what the stage metrics
+// count.
 int64_t WirePayloadBytes(const StageMessage& message, v1::DType wire_dtype);
+int64_t WirePayloadBytes(const StageMessage& message, const WireFormat& format);
 
 // What one decoded frame contributed.
 struct DecodedFrame {
@@ -99,7 +148,10 @@ class FrameAssembler {
 
   // The dtype payload tensors must travel in (float32 until set); the
   // stream sets its stage's configured wire dtype.
-  void set_wire_dtype(v1::DType wire_dtype) { wire_dtype_ = wire_dtype; }
+  void set_wire_dtype(v1::DType wire_dtype) { format_.dtype = wire_dtype; }
+  // The whole format payload tensors must travel in: the dtype and, for
+  // the directions it quantizes, the quantization and group size.
+  void set_wire_format(const WireFormat& format) { format_ = format; }
   // Every message frame's header passes `check` first (HELLO frames are
   // the stream's to judge); none by default.
   void set_header_check(FrameHeaderCheck check) {
@@ -113,7 +165,8 @@ class FrameAssembler {
   void set_clock(std::function<absl::Time()> now) { now_ = std::move(now); }
 
   // InvalidArgument for a malformed frame (bad header, unknown kind or
-  // dtype, a tensor not in the expected dtype, a byte count that does not
+  // dtype, a tensor not in the expected dtype (or quantization and group
+  // size), a byte count that does not
   // match the tensors' shapes, frames out of order or cut inside an
   // element, an oversize message); the header check's error; and
   // ResourceExhausted for a message past the partial-message cap or one
@@ -129,6 +182,9 @@ class FrameAssembler {
     std::shared_ptr<Storage> storage;
     int64_t received = 0;
     absl::Time last_frame;
+    // The bytes of a quantized row cut by a frame boundary, until the next
+    // frame completes it.
+    std::vector<uint8_t> row_carry;
   };
   using Key = std::tuple<int, int64_t, int32_t, int32_t>;  // + chunk
   // The message `key` a frame with header `h` continues (started when it
@@ -141,7 +197,7 @@ class FrameAssembler {
   absl::Duration partial_timeout_ = kDefaultPartialMessageTimeout;
   std::function<absl::Time()> now_ = [] { return absl::Now(); };
   int64_t evicted_ = 0;
-  v1::DType wire_dtype_ = v1::DTYPE_F32;
+  WireFormat format_;
   FrameHeaderCheck header_check_;
   size_t max_partial_ = kDefaultMaxPartialMessages;
   std::map<Key, Partial> partial_;

@@ -1,8 +1,12 @@
 #include "services/wire/frame_codec.h"
 
+#include <cmath>
 #include <cstring>
+#include <random>
 
 #include "gtest/gtest.h"
+#include "services/wire/quantize.h"
+#include "spec/wire_size.h"
 #include "worker/compute/half.h"
 
 namespace pipetrain {
@@ -382,6 +386,273 @@ TEST(FrameCodec, UnfinishedMessagesAreEvictedAfterTheTimeout) {
   }
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->step, 0);
+}
+
+// ---- Quantized wire (WireCompression) ----
+
+WireFormat Quantized(v1::WireQuantization activations,
+                     v1::WireQuantization gradients, int32_t group_size = 0) {
+  WireFormat format;
+  format.compression.set_activations(activations);
+  format.compression.set_gradients(gradients);
+  format.compression.set_group_size(group_size);
+  format.seed = 99;
+  return format;
+}
+
+Tensor Normal(const Shape& shape, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.2f, 2.0f);
+  Tensor t = Tensor::Host(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = dist(gen);
+  return t;
+}
+
+// The largest scale of the groups of `t`'s rows ((max - min) / levels,
+// from the input): the bound of nearest rounding is half of it.
+double MaxScale(const Tensor& t, int64_t group, int bits) {
+  const int64_t cols = t.shape().back();
+  double worst = 0;
+  for (int64_t row = 0; row < t.numel() / cols; ++row) {
+    for (int64_t g0 = 0; g0 < cols; g0 += group) {
+      double lo = 1e30, hi = -1e30;
+      for (int64_t j = g0; j < std::min(cols, g0 + group); ++j) {
+        lo = std::min<double>(lo, t.f32()[row * cols + j]);
+        hi = std::max<double>(hi, t.f32()[row * cols + j]);
+      }
+      worst = std::max(worst, (hi - lo) / ((1 << bits) - 1));
+    }
+  }
+  return worst;
+}
+
+// Frames through an assembler expecting `format`; the message, or the
+// first error.
+absl::StatusOr<StageMessage> Assemble(
+    const std::vector<grpc::ByteBuffer>& frames, const WireFormat& format) {
+  FrameAssembler assembler;
+  assembler.set_wire_format(format);
+  for (const grpc::ByteBuffer& f : frames) {
+    absl::StatusOr<DecodedFrame> d = assembler.Add(f);
+    if (!d.ok()) return d.status();
+    if (d->message.has_value()) return std::move(*d->message);
+  }
+  return absl::InternalError("no message completed");
+}
+
+// A quantized activation survives frames cut anywhere a multiple of 8
+// bytes allows, whatever that does to its rows (odd row byte counts, rows
+// longer than a frame, frames holding several rows): every element within
+// half its group's scale of the input, in the frames' dtype and group
+// size, in spec/wire_size's byte count. A gradient of a job that only
+// quantizes activations travels exactly.
+TEST(FrameCodec, QuantizedMessagesSurviveAnyChunking) {
+  struct Case {
+    v1::WireQuantization q;
+    int bits;
+    int32_t group;  // requested (0: default)
+    Shape shape;
+  };
+  for (const Case& c : {Case{v1::WIRE_QUANTIZATION_INT8, 8, 0, {6, 37}},
+                        Case{v1::WIRE_QUANTIZATION_INT8, 8, 16, {3, 300}},
+                        Case{v1::WIRE_QUANTIZATION_INT4, 4, 0, {6, 37}},
+                        Case{v1::WIRE_QUANTIZATION_INT4, 4, 5, {2, 3, 21}},
+                        Case{v1::WIRE_QUANTIZATION_INT4, 4, 1000, {9}}}) {
+    const WireFormat format =
+        Quantized(c.q, v1::WIRE_QUANTIZATION_NONE, c.group);
+    StageMessage in;
+    in.kind = MessageKind::kActivation;
+    in.step = 3;
+    in.tensors = {Normal(c.shape, 5)};
+    const int64_t cols = c.shape.back();
+    const int64_t group = EffectiveWireGroupSize(c.group, cols);
+    const int64_t wire_bytes =
+        StreamedTensorWireBytes(c.shape, v1::DTYPE_F32, c.q, c.group);
+    EXPECT_EQ(WirePayloadBytes(in, format), wire_bytes);
+    const double bound = MaxScale(in.tensors[0], group, c.bits) / 2 * 1.0001;
+    for (size_t chunk :
+         {size_t{8}, size_t{24}, size_t{40}, size_t{136}, kDefaultChunkBytes}) {
+      SCOPED_TRACE(::testing::Message() << c.bits << " bits, group " << c.group
+                                        << ", chunk " << chunk);
+      auto frames = EncodeMessage("job", in, format, chunk);
+      ASSERT_TRUE(frames.ok()) << frames.status();
+      EXPECT_EQ(frames->size(),
+                static_cast<size_t>((wire_bytes + chunk - 1) / chunk));
+      absl::StatusOr<StageMessage> out = Assemble(*frames, format);
+      ASSERT_TRUE(out.ok()) << out.status();
+      ASSERT_EQ(out->tensors.size(), 1u);
+      EXPECT_EQ(out->tensors[0].shape(), c.shape);
+      EXPECT_EQ(out->step, 3);
+      for (int64_t i = 0; i < in.tensors[0].numel(); ++i) {
+        ASSERT_NEAR(out->tensors[0].f32()[i], in.tensors[0].f32()[i], bound)
+            << "element " << i;
+      }
+    }
+    // What the frames declare.
+    auto frames = EncodeMessage("job", in, format);
+    ASSERT_TRUE(frames.ok());
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE((*frames)[0].Dump(&slices).ok());
+    FrameAssembler probe;
+    probe.set_wire_format(format);
+    auto decoded = probe.Add((*frames)[0]);
+    ASSERT_TRUE(decoded.ok());
+    EXPECT_EQ(decoded->header.tensors(0).dtype(),
+              c.bits == 8 ? v1::DTYPE_INT8 : v1::DTYPE_INT4);
+    EXPECT_EQ(decoded->header.tensors(0).group_size(), group);
+    EXPECT_EQ(decoded->header.total_bytes(), wire_bytes);
+
+    // Gradients are not quantized by this format: exact.
+    StageMessage grad = in;
+    grad.kind = MessageKind::kGradient;
+    EXPECT_EQ(WirePayloadBytes(grad, format), in.tensors[0].numel() * 4);
+    auto grad_frames = EncodeMessage("job", grad, format, 24);
+    ASSERT_TRUE(grad_frames.ok());
+    absl::StatusOr<StageMessage> exact = Assemble(*grad_frames, format);
+    ASSERT_TRUE(exact.ok()) << exact.status();
+    EXPECT_EQ(exact->tensors[0].ToVector(), in.tensors[0].ToVector());
+  }
+}
+
+// Evaluation activations follow the activations' setting; stochastic
+// rounding encodes the same bytes for the same message and seed.
+TEST(FrameCodec, StochasticRoundingIsSeededPerMessage) {
+  WireFormat format =
+      Quantized(v1::WIRE_QUANTIZATION_INT8, v1::WIRE_QUANTIZATION_INT8);
+  format.compression.set_rounding(v1::WIRE_ROUNDING_STOCHASTIC);
+  StageMessage in;
+  in.kind = MessageKind::kEvalActivation;
+  in.tensors = {Normal({4, 64}, 8)};
+  auto bytes_of = [&](const StageMessage& m, const WireFormat& f) {
+    auto frames = EncodeMessage("job", m, f);
+    EXPECT_TRUE(frames.ok());
+    std::string out;
+    std::vector<grpc::Slice> slices;
+    EXPECT_TRUE((*frames)[0].Dump(&slices).ok());
+    for (const grpc::Slice& s : slices) {
+      out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    return out;
+  };
+  const std::string first = bytes_of(in, format);
+  EXPECT_EQ(bytes_of(in, format), first);
+  StageMessage next = in;
+  next.micro_batch = 1;  // another micro-batch: other uniforms
+  EXPECT_NE(bytes_of(next, format).substr(first.size() - 200),
+            first.substr(first.size() - 200));
+  absl::StatusOr<StageMessage> out =
+      Assemble(*EncodeMessage("job", in, format), format);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const double scale = MaxScale(in.tensors[0], 64, 8);
+  for (int64_t i = 0; i < in.tensors[0].numel(); ++i) {
+    ASSERT_NEAR(out->tensors[0].f32()[i], in.tensors[0].f32()[i],
+                scale * 1.0001);
+  }
+}
+
+// A copy of `frame` with its header edited.
+grpc::ByteBuffer EditedFrame(
+    const grpc::ByteBuffer& frame,
+    const std::function<void(v1::FrameHeader*)>& edit) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(frame.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  const uint32_t n = static_cast<uint8_t>(bytes[0]) |
+                     (static_cast<uint8_t>(bytes[1]) << 8) |
+                     (static_cast<uint8_t>(bytes[2]) << 16);
+  v1::FrameHeader header;
+  EXPECT_TRUE(header.ParseFromString(bytes.substr(4, n)));
+  edit(&header);
+  const std::string h = header.SerializeAsString();
+  std::string out(4, '\0');
+  out[0] = static_cast<char>(h.size() & 0xff);
+  out[1] = static_cast<char>((h.size() >> 8) & 0xff);
+  out += h;
+  out += bytes.substr(4 + n);
+  grpc::Slice slice(out);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// The receiver accepts only the format its job's compression says: the
+// quantization, the group size it gives rows of the tensor's length, and
+// the byte count spec/wire_size gives them.
+TEST(FrameCodec, QuantizedFramesInTheWrongFormatAreRejected) {
+  const WireFormat int8 =
+      Quantized(v1::WIRE_QUANTIZATION_INT8, v1::WIRE_QUANTIZATION_INT8, 16);
+  StageMessage in;
+  in.kind = MessageKind::kGradient;
+  in.tensors = {Normal({4, 40}, 1)};
+  auto expect_rejected = [&](const std::vector<grpc::ByteBuffer>& frames,
+                             const std::string& why) {
+    const absl::Status status = Assemble(frames, int8).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find(why), std::string::npos) << status;
+  };
+  // f32 where int8 is expected.
+  expect_rejected(*EncodeMessage("job", in, v1::DTYPE_F32),
+                  "travels as f32, expected int8");
+  // int4, and int8 in groups of another size.
+  expect_rejected(*EncodeMessage("job", in,
+                                 Quantized(v1::WIRE_QUANTIZATION_INT4,
+                                           v1::WIRE_QUANTIZATION_INT4, 16)),
+                  "travels as int4, expected int8");
+  expect_rejected(*EncodeMessage("job", in,
+                                 Quantized(v1::WIRE_QUANTIZATION_INT8,
+                                           v1::WIRE_QUANTIZATION_INT8, 8)),
+                  "groups of 8, expected 16");
+  // int8 frames where f32 is expected.
+  const absl::Status f32 =
+      Assemble(*EncodeMessage("job", in, int8), WireFormat()).status();
+  EXPECT_NE(f32.message().find("travels as int8, expected f32"),
+            std::string::npos)
+      << f32;
+  // The right format with a byte count that is not the formula's, and
+  // with a group size the tensor cannot have.
+  const std::vector<grpc::ByteBuffer> good = *EncodeMessage("job", in, int8);
+  ASSERT_TRUE(Assemble(good, int8).ok());
+  const int64_t bytes = StreamedTensorWireBytes({4, 40}, v1::DTYPE_F32,
+                                                v1::WIRE_QUANTIZATION_INT8, 16);
+  expect_rejected(
+      {EditedFrame(good[0],
+                   [&](v1::FrameHeader* h) { h->set_total_bytes(bytes + 8); })},
+      absl::StrCat("need ", bytes));
+  const WireFormat whole_rows =
+      Quantized(v1::WIRE_QUANTIZATION_INT8, v1::WIRE_QUANTIZATION_INT8, 0);
+  const absl::Status bad_group =
+      Assemble({EditedFrame(good[0],
+                            [](v1::FrameHeader* h) {
+                              h->mutable_tensors(0)->set_group_size(0);
+                            })},
+               whole_rows)
+          .status();
+  EXPECT_EQ(bad_group.code(), absl::StatusCode::kInvalidArgument) << bad_group;
+  // A tensor that is not quantized may not declare a group size.
+  const absl::Status stray =
+      Assemble({EditedFrame((*EncodeMessage("job", in, v1::DTYPE_F32))[0],
+                            [](v1::FrameHeader* h) {
+                              h->mutable_tensors(0)->set_group_size(4);
+                            })},
+               WireFormat())
+          .status();
+  EXPECT_EQ(stray.code(), absl::StatusCode::kInvalidArgument) << stray;
+}
+
+// A payload holding NaN is refused at the sender, not sent as garbage.
+TEST(FrameCodec, NonFinitePayloadsAreNotQuantized) {
+  StageMessage in;
+  in.kind = MessageKind::kActivation;
+  in.tensors = {Normal({2, 8}, 1)};
+  in.tensors[0].f32()[5] = std::nanf("");
+  const absl::Status status =
+      EncodeMessage(
+          "job", in,
+          Quantized(v1::WIRE_QUANTIZATION_INT4, v1::WIRE_QUANTIZATION_NONE))
+          .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("NaN"), std::string::npos) << status;
 }
 
 }  // namespace

@@ -10,8 +10,29 @@ namespace {
 
 constexpr char kExchangeMethod[] = "/pipetrain.v1.StageService/Exchange";
 
+// The wire format stage `config` sends and expects.
+WireFormat StageWireFormat(const v1::StageConfig& config) {
+  WireFormat format;
+  format.dtype = config.wire_dtype();
+  format.compression = config.wire_compression();
+  format.seed = WireSeed(config.job_id(), config.stage());
+  return format;
+}
+
 int64_t PayloadBytes(const StageExecutor& executor, const StageMessage& m) {
-  return WirePayloadBytes(m, executor.config().wire_dtype());
+  return WirePayloadBytes(m, StageWireFormat(executor.config()));
+}
+
+// Encodes `message` in `format`, with `feedback`'s residual for a
+// quantized gradient.
+absl::StatusOr<std::vector<grpc::ByteBuffer>> EncodeWithFeedback(
+    const std::string& job_id, const StageMessage& message,
+    const WireFormat& format, size_t chunk_bytes, GradientFeedback* feedback) {
+  float* residual = feedback->ResidualFor(format, message);
+  absl::StatusOr<std::vector<grpc::ByteBuffer>> frames =
+      EncodeMessage(job_id, message, format, chunk_bytes, residual);
+  if (!frames.ok() && residual != nullptr) feedback->Drop(message);
+  return frames;
 }
 
 // Validates and delivers a decoded message to a stage.
@@ -26,6 +47,32 @@ absl::Status DeliverTo(StageExecutor* executor, StageMetrics* metrics,
 }
 
 }  // namespace
+
+float* GradientFeedback::ResidualFor(const WireFormat& format,
+                                     const StageMessage& message) {
+  if (message.kind != MessageKind::kGradient || message.tensors.empty() ||
+      message.tensors[0].dtype() != DType::kF32 ||
+      format.compression.disable_error_feedback() ||
+      PayloadQuantization(format, message.kind) == v1::WIRE_QUANTIZATION_NONE) {
+    return nullptr;
+  }
+  const Tensor& g = message.tensors[0];
+  Key key{message.chunk, g.shape()};
+  auto it = residuals_.find(key);
+  if (it == residuals_.end()) {
+    if (residuals_.size() >= kMaxResiduals) residuals_.clear();
+    it = residuals_
+             .emplace(std::move(key),
+                      std::vector<float>(static_cast<size_t>(g.numel()), 0.0f))
+             .first;
+  }
+  return it->second.data();
+}
+
+void GradientFeedback::Drop(const StageMessage& message) {
+  if (message.tensors.empty()) return;
+  residuals_.erase(Key{message.chunk, message.tensors[0].shape()});
+}
 
 bool WriteQueue::StartNext() {
   if (writing || pending.empty()) return false;
@@ -44,6 +91,7 @@ DownstreamStream::DownstreamStream(const std::string& address,
       executor_(std::move(executor)),
       metrics_(metrics),
       chunk_bytes_(chunk_bytes),
+      format_(StageWireFormat(executor_->config())),
       stub_(CreatePipetrainChannel(address)) {}
 
 std::shared_ptr<DownstreamStream> DownstreamStream::Open(
@@ -53,7 +101,7 @@ std::shared_ptr<DownstreamStream> DownstreamStream::Open(
       new DownstreamStream(address, executor, metrics, chunk_bytes));
   // The neighbour may still be starting: wait for it instead of failing.
   s->context_.set_wait_for_ready(true);
-  s->assembler_.set_wire_dtype(executor->config().wire_dtype());
+  s->assembler_.set_wire_format(s->format_);
   // What comes back is checked against the stage's shapes before a
   // message buffer is taken.
   StageExecutor* checker = executor.get();
@@ -104,10 +152,13 @@ absl::Status DownstreamStream::Send(StageMessage message) {
     metrics_->CountMessage(StageMetrics::kSent, message.kind,
                            PayloadBytes(*executor_, message));
   }
-  ASSIGN_OR_RETURN(
-      std::vector<grpc::ByteBuffer> frames,
-      EncodeMessage(executor_->config().job_id(), message,
-                    executor_->config().wire_dtype(), chunk_bytes_));
+  std::vector<grpc::ByteBuffer> frames;
+  {
+    absl::MutexLock lock(&encode_mu_);
+    ASSIGN_OR_RETURN(frames,
+                     EncodeWithFeedback(executor_->config().job_id(), message,
+                                        format_, chunk_bytes_, &feedback_));
+  }
   Enqueue(std::move(frames));
   return absl::OkStatus();
 }
@@ -209,10 +260,14 @@ absl::Status UpstreamStream::CheckHeader(MessageKind kind,
 absl::Status UpstreamStream::Send(StageMessage message) {
   if (host_->metrics() != nullptr) {
     host_->metrics()->CountMessage(StageMetrics::kSent, message.kind,
-                                   WirePayloadBytes(message, wire_dtype_));
+                                   WirePayloadBytes(message, format_));
   }
-  ASSIGN_OR_RETURN(std::vector<grpc::ByteBuffer> frames,
-                   EncodeMessage(job_id_, message, wire_dtype_, chunk_bytes_));
+  std::vector<grpc::ByteBuffer> frames;
+  {
+    absl::MutexLock lock(&encode_mu_);
+    ASSIGN_OR_RETURN(frames, EncodeWithFeedback(job_id_, message, format_,
+                                                chunk_bytes_, &feedback_));
+  }
   bool start = false;
   {
     absl::MutexLock lock(&mu_);
@@ -282,6 +337,9 @@ absl::Status UpstreamStream::HandleFrame() {
       return absl::InvalidArgumentError(absl::StrCat(
           "stage ", h.stage(), " is not the previous stage of stage ", stage));
     }
+    // Before the executor has the link (and so may send on it).
+    job_id_ = h.job_id();
+    format_ = StageWireFormat(executor_->config());
     auto link = std::make_shared<Link>(this);
     if (!executor_->SetUpstreamIfNone(link)) {
       // The live link keeps the job running; the newcomer is the one that
@@ -293,9 +351,7 @@ absl::Status UpstreamStream::HandleFrame() {
                        "second one"));
     }
     link_ = std::move(link);
-    job_id_ = h.job_id();
-    wire_dtype_ = executor_->config().wire_dtype();
-    assembler_.set_wire_dtype(wire_dtype_);
+    assembler_.set_wire_format(format_);
     return absl::OkStatus();
   }
   // Add ran CheckHeader on this frame: HELLO came first, the job matches.

@@ -10,10 +10,18 @@
 // step at once instead of hanging. Both reach the stage through the
 // StageHost only (the upstream end looks up its job's executor there; the
 // host opens the downstream end through DownstreamStreamOpener).
+//
+// Both ends encode and expect the stage's wire format (WireFormat: the
+// wire dtype and the job's WireCompression). Where gradients are
+// quantized, the end that sends them keeps error feedback (GradientFeedback
+// below) unless the job disables it. Activations are quantized without any
+// state (no per-sample cache): AQ-SGD's scheme of sending the change since
+// the sample's activation in the previous epoch is not built.
 #ifndef PIPETRAIN_SERVICES_WORKER_STAGE_STREAMS_H_
 #define PIPETRAIN_SERVICES_WORKER_STAGE_STREAMS_H_
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +46,33 @@ struct WriteQueue {
   // Moves the next frame into `current` when no write is in flight; true
   // when the caller must start writing `current`.
   bool StartNext();
+};
+
+// Error feedback of one link's quantized gradients: for each model chunk
+// and gradient shape, the quantization error of the last gradient message
+// the link sent (sent value - what the receiver decodes), which the next
+// message of that chunk and shape carries in addition (EF-SGD). Over N
+// messages the receiver's sum of decoded gradients then differs from the
+// sum of the true ones by one message's error instead of N's. The state
+// lives as long as the link: a reconfigured stage (recovery) opens new
+// streams and starts from zero, and a message of another shape (a short
+// last micro-batch) gets a residual of its own. Not thread-safe; guarded
+// by its owner.
+class GradientFeedback {
+ public:
+  // The residual to hand EncodeMessage for `message` (zeros the first
+  // time), or null when `format` does not quantize its payload or disables
+  // feedback.
+  float* ResidualFor(const WireFormat& format, const StageMessage& message);
+  // Forgets `message`'s residual (its encoding failed half-way).
+  void Drop(const StageMessage& message);
+
+ private:
+  using Key = std::pair<int, Shape>;  // chunk, gradient shape
+  // Shapes one link may keep residuals for; a stage sends one or two (a
+  // short last micro-batch), interleaved ones one per chunk.
+  static constexpr size_t kMaxResiduals = 16;
+  std::map<Key, std::vector<float>> residuals_;
 };
 
 // Client end of an Exchange stream to the next stage. Thread-safe.
@@ -71,12 +106,17 @@ class DownstreamStream final
   const std::shared_ptr<StageExecutor> executor_;
   StageMetrics* const metrics_;  // borrowed, may be null
   const size_t chunk_bytes_;
+  const WireFormat format_;
   grpc::GenericStub stub_;
   grpc::ClientContext context_;
 
   // Used only by read reactions (one read in flight).
   grpc::ByteBuffer in_;
   FrameAssembler assembler_;
+
+  // Held while a message is encoded.
+  absl::Mutex encode_mu_;
+  GradientFeedback feedback_ ABSL_GUARDED_BY(encode_mu_);
 
   absl::Mutex mu_;
   WriteQueue writes_ ABSL_GUARDED_BY(mu_);
@@ -129,7 +169,13 @@ class UpstreamStream final
   std::shared_ptr<StageExecutor> executor_;
   std::shared_ptr<Link> link_;
   std::string job_id_;
-  v1::DType wire_dtype_ = v1::DTYPE_F32;
+  // Set by the HELLO, in a read reaction before any Send (the executor
+  // gets the link, and so can send, only then).
+  WireFormat format_;
+
+  // Held while a message is encoded.
+  absl::Mutex encode_mu_;
+  GradientFeedback feedback_ ABSL_GUARDED_BY(encode_mu_);
 
   absl::Mutex mu_;
   WriteQueue writes_ ABSL_GUARDED_BY(mu_);

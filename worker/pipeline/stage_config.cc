@@ -58,6 +58,8 @@ absl::Status CheckOptions(const v1::StageConfig& config, ScheduleKind kind) {
     return absl::InvalidArgumentError(
         absl::StrCat("config.wire_dtype: ", wire.message()));
   }
+  RETURN_IF_ERROR(ValidateWireCompression(config.wire_compression(),
+                                          "config.wire_compression"));
   return absl::OkStatus();
 }
 
