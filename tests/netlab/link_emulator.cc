@@ -7,9 +7,10 @@
 // destination host by address and writes the packet to that host's device
 // once the directed link (source host, destination host) lets it arrive
 // (tests/netlab/link_model.h: rate, delay, jitter, loss, a drop-tail
-// queue). Prints "ready" once every device is up; on SIGTERM or SIGINT it
-// prints each link's counters and exits, and the devices vanish with their
-// file descriptors. It dies with the process that started it.
+// queue). Prints "ready" once every device is up. Prints each link's
+// counters to stderr on SIGUSR1, and on SIGTERM or SIGINT before it exits;
+// the devices vanish with their file descriptors. It dies with the process
+// that started it.
 //
 //   pipetrain-link-emulator --host=NAME,NETNS,ADDRESS,DEVICE ...
 //       [--default=RATE_MBIT,DELAY_MS,JITTER_MS,LOSS]
@@ -212,7 +213,13 @@ class Emulator {
       if (n < 0) Die("epoll_wait failed");
       for (int e = 0; e < n; ++e) {
         const uint64_t tag = events[e].data.u64;
-        if (tag == kSignalTag) return;
+        if (tag == kSignalTag) {
+          signalfd_siginfo info;
+          if (read(signal_fd, &info, sizeof(info)) != sizeof(info)) continue;
+          if (info.ssi_signo != SIGUSR1) return;
+          PrintCounters();
+          continue;
+        }
         if (tag == kTimerTag) {
           uint64_t expirations;
           (void)!read(timer, &expirations, sizeof(expirations));
@@ -225,6 +232,7 @@ class Emulator {
     }
   }
 
+  // One line per link that carried or lost a packet, then "end".
   void PrintCounters() const {
     for (const auto& [pair, model] : models_) {
       const LinkCounters& c = model.counters();
@@ -237,6 +245,8 @@ class Emulator {
           static_cast<long long>(c.packets), static_cast<long long>(c.bytes),
           static_cast<long long>(c.lost), static_cast<long long>(c.dropped));
     }
+    std::fprintf(stderr, "end\n");
+    std::fflush(stderr);
   }
 
  private:
@@ -355,6 +365,7 @@ int Main(int argc, char** argv) {
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGUSR1);
   sigprocmask(SIG_BLOCK, &mask, nullptr);
   const int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC);
   if (signal_fd < 0) Die("signalfd failed");

@@ -295,6 +295,56 @@ absl::Status NetLab::Build(const LabOptions& options) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::map<std::pair<std::string, std::string>, LinkCounters>>
+NetLab::Counters() {
+  if (emulator_pid_ <= 0) return absl::FailedPreconditionError("stopped");
+  auto read_log = [&] {
+    std::ifstream log(emulator_log_);
+    std::stringstream text;
+    text << log.rdbuf();
+    return text.str();
+  };
+  auto ends = [](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = text.find("end\n"); at != std::string::npos;
+         at = text.find("end\n", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  const size_t before = ends(read_log());
+  kill(emulator_pid_, SIGUSR1);
+  std::string text;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ends(text = read_log()) <= before) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError("the emulator printed no counters");
+    }
+    usleep(5000);
+  }
+  // The last block: after the previous "end" line, up to the last.
+  const size_t last = text.rfind("end\n");
+  const size_t previous =
+      last == 0 ? std::string::npos : text.rfind("end\n", last - 1);
+  std::istringstream block(
+      text.substr(previous == std::string::npos ? 0 : previous + 4,
+                  last - (previous == std::string::npos ? 0 : previous + 4)));
+  std::map<std::pair<std::string, std::string>, LinkCounters> out;
+  std::string line;
+  while (std::getline(block, line)) {
+    char src[64], dst[64];
+    long long packets, bytes, lost, dropped;
+    if (std::sscanf(line.c_str(),
+                    "link %63s -> %63[^:]: %lld packets, %lld bytes "
+                    "delivered, %lld lost, %lld dropped",
+                    src, dst, &packets, &bytes, &lost, &dropped) == 6) {
+      out[{src, dst}] = LinkCounters{packets, bytes, lost, dropped};
+    }
+  }
+  return out;
+}
+
 std::string NetLab::StopEmulator() {
   if (emulator_pid_ > 0) {
     kill(emulator_pid_, SIGTERM);

@@ -75,6 +75,11 @@ class NetLab {
   // quota); its directory, for Start.
   absl::StatusOr<std::string> CpuCgroup(double cpu_share);
 
+  // Every link's counters so far, by (source host, destination host); links
+  // that carried nothing are absent.
+  absl::StatusOr<std::map<std::pair<std::string, std::string>, LinkCounters>>
+  Counters();
+
   // Stops the emulator and returns its per-link counters (one line each).
   std::string StopEmulator();
 

@@ -192,8 +192,20 @@ absl::Status JobCluster::WaitForIdleWorkers(int n, double timeout_s) {
       idle, " of ", n, " workers registered within ", timeout_s, " s"));
 }
 
+int64_t JobCluster::WorkerLinkBytes() {
+  if (lab_ == nullptr) return -1;
+  auto counters = lab_->Counters();
+  if (!counters.ok()) return -1;
+  int64_t bytes = 0;
+  for (const auto& [link, c] : *counters) {
+    if (link.first[0] == 'w' && link.second[0] == 'w') bytes += c.bytes;
+  }
+  return bytes;
+}
+
 JobRun JobCluster::Run(const v1::JobSpec& spec, double timeout_s) {
   JobRun run;
+  const int64_t bytes_before = WorkerLinkBytes();
   const auto start = Clock::now();
   {
     v1::SubmitJobRequest q;
@@ -224,6 +236,10 @@ JobRun JobCluster::Run(const v1::JobSpec& spec, double timeout_s) {
   run.wall_seconds =
       std::chrono::duration<double>(Clock::now() - start).count();
   run.completed = run.job.state() == v1::JOB_STATE_COMPLETED;
+  if (bytes_before >= 0) {
+    const int64_t bytes_after = WorkerLinkBytes();
+    if (bytes_after >= 0) run.worker_link_bytes = bytes_after - bytes_before;
+  }
   if (run.job.samples_per_second() > 0) {
     run.step_seconds =
         spec.training().batch_size() / run.job.samples_per_second();

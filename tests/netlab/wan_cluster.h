@@ -53,6 +53,9 @@ struct JobRun {
   // The stages' own step time: batch size / Job.samples_per_second (the
   // mean of the last stage's recent steps).
   double step_seconds = 0;
+  // In a lab: the bytes the emulator delivered between worker hosts during
+  // the job (the pipeline's links, every header included); -1 on loopback.
+  int64_t worker_link_bytes = -1;
 };
 
 // A scheduler and its workers, on loopback or in a scenario's lab. Not
@@ -79,6 +82,8 @@ class JobCluster {
  private:
   JobCluster() = default;
   absl::Status WaitForIdleWorkers(int n, double timeout_s);
+  // Bytes delivered between worker hosts so far; -1 on loopback.
+  int64_t WorkerLinkBytes();
 
   // Destroyed last: the processes in it go first.
   std::unique_ptr<NetLab> lab_;
