@@ -354,7 +354,13 @@ std::string NetLab::StopEmulator() {
     std::ifstream log(emulator_log_);
     std::stringstream text;
     text << log.rdbuf();
+    // The final block: what Counters() asked for before is older.
     counters_ = text.str();
+    const size_t last = counters_.rfind("end\n");
+    if (last != std::string::npos && last > 0) {
+      const size_t previous = counters_.rfind("end\n", last - 1);
+      if (previous != std::string::npos) counters_.erase(0, previous + 4);
+    }
   }
   return counters_;
 }

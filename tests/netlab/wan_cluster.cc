@@ -192,6 +192,14 @@ absl::Status JobCluster::WaitForIdleWorkers(int n, double timeout_s) {
       idle, " of ", n, " workers registered within ", timeout_s, " s"));
 }
 
+v1::ListWorkersResponse JobCluster::Workers() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(5));
+  v1::ListWorkersResponse listed;
+  (void)scheduler_->ListWorkers(&ctx, v1::ListWorkersRequest(), &listed);
+  return listed;
+}
+
 int64_t JobCluster::WorkerLinkBytes() {
   if (lab_ == nullptr) return -1;
   auto counters = lab_->Counters();

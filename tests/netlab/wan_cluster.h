@@ -71,6 +71,9 @@ class JobCluster {
   // passes.
   JobRun Run(const v1::JobSpec& spec, double timeout_s);
 
+  // The workers as the scheduler lists them.
+  v1::ListWorkersResponse Workers();
+
   // The lab (null on loopback).
   NetLab* lab() { return lab_.get(); }
 

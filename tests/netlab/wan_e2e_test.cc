@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "tests/netlab/require_lab.h"
 #include "tests/netlab/wan_cluster.h"
@@ -63,6 +64,12 @@ TEST_P(WanE2eTest, TrainsLikeTheReferenceWithinTheDeadline) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto rtt = (*cluster)->MeasureRtt("w0", "w1");
   ASSERT_TRUE(rtt.ok()) << rtt.status();
+  std::string speeds;
+  const v1::ListWorkersResponse workers = (*cluster)->Workers();
+  for (const v1::WorkerInfo& w : workers.workers()) {
+    speeds +=
+        absl::StrFormat(" %s %.1f", w.labels().at("zone"), w.gemm_gflops());
+  }
 
   const v1::JobSpec job = MlpJob();
   const JobRun run = (*cluster)->Run(job, kDeadlineSeconds);
@@ -82,11 +89,12 @@ TEST_P(WanE2eTest, TrainsLikeTheReferenceWithinTheDeadline) {
 
   std::printf(
       "%s (%s):\n"
+      "  GEMM GFLOP/s the workers measured at start:%s\n"
       "  w0 <-> w1 round trip: configured %.1f ms, emulated %.1f ms\n"
       "  step time: measured %.4f s, planner predicted %.4f s, loopback "
       "%.4f s; job %.1f s end to end (loopback %.1f s)\n"
       "  test accuracy %.4f (reference %.4f)\n%s",
-      GetParam().c_str(), scenario->description.c_str(),
+      GetParam().c_str(), scenario->description.c_str(), speeds.c_str(),
       scenario->configured_rtt_s * 1e3, *rtt * 1e3, run.step_seconds,
       run.plan.predicted_step_seconds(), baseline.loopback.step_seconds,
       run.wall_seconds, baseline.loopback.wall_seconds,
