@@ -214,10 +214,18 @@ void RunScenario(const std::string& scenario_name, int rep,
               double(job.training().steps() * job.training().batch_size()));
         }
       }
+      // Where the planner cut the model, and which worker holds stage 0.
+      std::string plan;
+      for (const v1::PlannedStage& stage : run.plan.stages()) {
+        absl::StrAppend(&plan, plan.empty() ? "" : " | ", "layers ",
+                        stage.layer_begin(), "-", stage.layer_end(), " on ",
+                        stage.worker_address());
+      }
       std::printf("   %-4s %-5s %s\n", model.name.c_str(), wire.c_str(),
-                  cell.outcome == "ok"
-                      ? absl::StrFormat("step %.4f s", run.step_seconds).c_str()
-                      : cell.outcome.c_str());
+                  cell.outcome == "ok" ? absl::StrFormat("step %.4f s (%s)",
+                                                         run.step_seconds, plan)
+                                             .c_str()
+                                       : cell.outcome.c_str());
       std::fflush(stdout);
     }
   }
