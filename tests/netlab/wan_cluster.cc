@@ -36,8 +36,9 @@ void SetLink(LabOptions* lab, const std::string& a, const std::string& b,
 
 std::string WorkerHost(int i) { return absl::StrCat("w", i); }
 
-// Scheduler and worker flags the loopback and lab clusters share: the
-// scheduler's defaults for leases and heartbeats, as deployed.
+// A lab worker's flags besides its addresses: those testing::StartWorker
+// gives a loopback worker (one BLAS thread each). Both clusters' schedulers
+// keep their default leases and heartbeats, as deployed.
 std::vector<std::string> WorkerFlags() {
   return {"--metrics_port=0", "--metrics_host=127.0.0.1", "--threads=1",
           "--device=cpu"};
