@@ -255,10 +255,11 @@ absl::Status NetLab::Build(const LabOptions& options) {
   emulator_args.push_back(absl::StrCat("--seed=", options.seed));
 
   // The emulator: "ready" on stdout, its counters on stderr (a file).
-  char log_pattern[] = "/tmp/pipetrain-netlab-XXXXXX";
-  const int log_fd = mkstemp(log_pattern);
-  if (log_fd < 0) return absl::InternalError("mkstemp failed");
-  emulator_log_ = log_pattern;
+  if (dir_.path().empty()) return absl::InternalError("no temporary dir");
+  emulator_log_ = dir_.path() + "/emulator.log";
+  const int log_fd = open(emulator_log_.c_str(),
+                          O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) return absl::InternalError("cannot create " + emulator_log_);
   int ready_pipe[2];
   if (pipe2(ready_pipe, O_CLOEXEC) != 0) return absl::InternalError("pipe");
   const pid_t pid = fork();
@@ -367,7 +368,6 @@ std::string NetLab::StopEmulator() {
 
 NetLab::~NetLab() {
   StopEmulator();
-  if (!emulator_log_.empty()) std::remove(emulator_log_.c_str());
   for (const std::string& cgroup : cgroups_) RemoveCgroup(cgroup);
   for (const auto& [host, ns] : namespaces_) {
     const absl::Status removed = RunCommand({IpBinary(), "netns", "del", ns});

@@ -92,6 +92,7 @@ class NetLab {
   std::map<std::string, std::string> namespaces_;  // host -> netns
   std::vector<std::string> cgroups_;
   pid_t emulator_pid_ = -1;
+  testing::TempDir dir_;  // the emulator's log
   std::string emulator_log_;
   std::string counters_;
 };
