@@ -65,6 +65,8 @@ demo-local: build
 	@$(BUILD)/services/pipetrain-train \
 	  --job examples/fashion_mnist_mlp.job.json --min_accuracy 0.85
 
+# bench_wan builds network namespaces (root, /dev/net/tun, `ip netns`);
+# PIPETRAIN_SKIP_NETNS=1 skips it where they are not available.
 bench: build
 	@for b in $(BUILD)/bench/bench_*; do echo "== $$b"; $$b || exit 1; done
 
