@@ -58,11 +58,60 @@ namespace pipetrain {
 
 using planner_internal::StageCostModel;
 
+namespace {
+
+double FindUnordered(
+    const std::map<std::pair<std::string, std::string>, double>& table,
+    const std::string& a, const std::string& b) {
+  auto it = table.find({a, b});
+  if (it == table.end()) it = table.find({b, a});
+  return it == table.end() ? -1.0 : it->second;
+}
+
+}  // namespace
+
+double Topology::BandwidthOverride(const std::string& a,
+                                   const std::string& b) const {
+  return FindUnordered(bandwidth, a, b);
+}
+
+double Topology::RttOverride(const std::string& a, const std::string& b) const {
+  return FindUnordered(rtt, a, b);
+}
+
 double Topology::Bandwidth(const std::string& a, const std::string& b) const {
-  auto it = bandwidth.find({a, b});
-  if (it == bandwidth.end()) it = bandwidth.find({b, a});
-  if (it != bandwidth.end()) return it->second;
+  const double fixed = BandwidthOverride(a, b);
+  if (fixed >= 0) return fixed;
   return a == b ? intra_zone_bandwidth : default_bandwidth;
+}
+
+LinkEstimate LinkBetween(const PlanRequest& request, const PlannerWorker& from,
+                         const PlannerWorker& to) {
+  const Topology& topology = request.topology;
+  const LinkEstimate* measured = nullptr;
+  auto it = request.links.find({from.id, to.id});
+  if (it == request.links.end()) it = request.links.find({to.id, from.id});
+  if (it != request.links.end()) measured = &it->second;
+  LinkEstimate out;
+  const double bandwidth = topology.BandwidthOverride(from.zone, to.zone);
+  const double rtt = topology.RttOverride(from.zone, to.zone);
+  if (bandwidth >= 0) {
+    out.bandwidth_bytes_per_s = bandwidth;
+    out.source = "override";
+  } else if (measured != nullptr) {
+    out.bandwidth_bytes_per_s = measured->bandwidth_bytes_per_s;
+    out.source = "probe";
+  } else {
+    out.bandwidth_bytes_per_s = topology.Bandwidth(from.zone, to.zone);
+    out.source = "default";
+  }
+  if (rtt >= 0) {
+    out.rtt_seconds = rtt;
+    out.source = "override";
+  } else if (measured != nullptr) {
+    out.rtt_seconds = measured->rtt_seconds;
+  }
+  return out;
 }
 
 namespace {
@@ -82,7 +131,8 @@ absl::Status ValidateLayers(const std::vector<LayerCost>& layers) {
       return absl::InvalidArgumentError(
           absl::StrCat("layer ", l, ": times must be finite and non-negative"));
     }
-    if (layer.activation_bytes < 0 || layer.parameter_bytes < 0) {
+    if (layer.activation_bytes < 0 || layer.parameter_bytes < 0 ||
+        layer.activation_wire_bytes < -1 || layer.gradient_wire_bytes < -1) {
       return absl::InvalidArgumentError(
           absl::StrCat("layer ", l, ": byte counts must be non-negative"));
     }
@@ -131,6 +181,29 @@ absl::Status ValidateTopology(const Topology& topology) {
                        " is given twice, differently"));
     }
   }
+  for (const auto& [zones, rtt] : topology.rtt) {
+    if (!IsNonNegativeFinite(rtt)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("latency between ", zones.first, " and ", zones.second,
+                       " must be finite and non-negative"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLinks(const PlanRequest& request) {
+  for (const auto& [pair, link] : request.links) {
+    if (!IsPositiveFinite(link.bandwidth_bytes_per_s) ||
+        !IsNonNegativeFinite(link.rtt_seconds)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("link ", pair.first, " -> ", pair.second,
+                       ": bandwidth must be positive and RTT non-negative"));
+    }
+  }
+  if (!IsNonNegativeFinite(request.message_overhead_seconds)) {
+    return absl::InvalidArgumentError(
+        "message_overhead_seconds must be finite and non-negative");
+  }
   return absl::OkStatus();
 }
 
@@ -138,6 +211,7 @@ absl::Status ValidateRequest(const PlanRequest& request) {
   RETURN_IF_ERROR(ValidateLayers(request.layers));
   RETURN_IF_ERROR(ValidateWorkers(request.workers));
   RETURN_IF_ERROR(ValidateTopology(request.topology));
+  RETURN_IF_ERROR(ValidateLinks(request));
   if (request.micro_batches < 1) {
     return absl::InvalidArgumentError("micro_batches must be at least 1");
   }
@@ -208,14 +282,15 @@ std::string Explain(const PlanRequest& request, const PipelinePlan& plan) {
     absl::StrAppendFormat(
         &text,
         "stage %d: layers [%d, %d) on worker %s (zone %s): compute %.3f ms "
-        "+ transfer %.3f ms, memory %s of %s\n",
+        "| transfer %.3f ms + latency %.3f ms, memory %s of %s\n",
         s, stage.layer_begin, stage.layer_end, worker.id, worker.zone,
         stage.compute_seconds * 1e3, stage.transfer_seconds * 1e3,
+        stage.latency_seconds * 1e3,
         MemoryText(static_cast<double>(stage.memory_bytes)), capacity);
   }
   absl::StrAppendFormat(
       &text,
-      "bottleneck: stage %d (%.3f ms); predicted step %.3f ms; "
+      "bottleneck: stage %d (%.3f ms); (M + K - 1) x bottleneck %.3f ms; "
       "bubble %.1f%%",
       plan.bottleneck_stage, plan.bottleneck_seconds * 1e3,
       plan.predicted_step_seconds * 1e3, plan.predicted_bubble * 100.0);
@@ -236,16 +311,16 @@ PipelinePlan Evaluate(const PlanRequest& request, const StageCostModel& model,
     StageAssignment& stage = stages[s];
     stage.compute_seconds =
         model.ComputeSeconds(stage.layer_begin, stage.layer_end, stage.worker);
-    stage.transfer_seconds =
-        s + 1 < k
-            ? model.TransferSeconds(stage.layer_end, model.zone(stage.worker),
-                                    model.zone(stages[s + 1].worker))
-            : 0.0;
+    stage.transfer_seconds = model.StageTransferSeconds(stages, s);
+    stage.latency_seconds =
+        s + 1 < k ? model.LatencySeconds(model.zone(stage.worker),
+                                         model.zone(stages[s + 1].worker))
+                  : 0.0;
     const double memory =
         model.MemoryBytes(stage.layer_begin, stage.layer_end, k - s);
     stage.memory_bytes = CeilBytes(memory);
     plan.fits_memory &= memory <= model.MemoryCapacity(stage.worker);
-    const double time = stage.compute_seconds + stage.transfer_seconds;
+    const double time = std::max(stage.compute_seconds, stage.transfer_seconds);
     if (s == 0 || time > plan.bottleneck_seconds) {
       plan.bottleneck_seconds = time;
       plan.bottleneck_stage = s;
