@@ -230,6 +230,7 @@ absl::StatusOr<v1::Plan> SchedulerCore::Replan(
                    control_->Profile(workers[0].address(), profile_request));
   inputs.workers = std::move(workers);
   inputs.topology = options_.topology;
+  inputs.message_overhead_seconds = options_.message_overhead_seconds;
   inputs.bubble = [this, &job](int k) {
     return model_->TheoreticalBubble(job.spec(), k);
   };
