@@ -105,7 +105,8 @@ PlanRequest BuildRequest(const PlanInputs& in) {
           l.bandwidth_bytes_per_s(), std::max(0.0, l.rtt_seconds()), "probe"};
     }
   }
-  request.message_overhead_seconds = in.message_overhead_seconds;
+  request.message_overhead_seconds =
+      MessageOverhead(in.message_overhead_seconds, in.workers);
   const double reference = in.workers[0].gemm_gflops();
   for (const v1::WorkerInfo& w : in.workers) {
     PlannerWorker p;
@@ -407,6 +408,25 @@ std::vector<LayerWireBytes> WireBytesPerLayer(const v1::JobSpec& spec) {
   return out;
 }
 
+double MessageOverhead(double configured,
+                       const std::vector<v1::WorkerInfo>& workers) {
+  if (configured >= 0) return configured;
+  std::vector<double> rtts;
+  for (const v1::WorkerInfo& w : workers) {
+    for (const v1::LinkMeasurement& l : w.links()) {
+      if (l.source() == "probe" && l.rtt_seconds() > 0) {
+        rtts.push_back(l.rtt_seconds());
+      }
+    }
+  }
+  if (rtts.empty()) return 0.0;
+  std::sort(rtts.begin(), rtts.end());
+  const size_t n = rtts.size();
+  const double median =
+      n % 2 == 1 ? rtts[n / 2] : 0.5 * (rtts[n / 2 - 1] + rtts[n / 2]);
+  return median / 4;
+}
+
 void ApplyLinkOverrides(const Topology& topology,
                         std::vector<v1::WorkerInfo>* workers) {
   const auto zone = [](const v1::WorkerInfo& w) {
@@ -529,6 +549,13 @@ absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
         "link %d -> %d: %s, RTT %.3f ms (%s), %d bytes per micro-batch\n",
         p.stage(), p.stage() + 1, BandwidthText(link.bandwidth_bytes_per_s),
         link.rtt_seconds * 1e3, link.source, p.wire_bytes_per_micro_batch());
+  }
+  if (request.message_overhead_seconds > 0) {
+    absl::StrAppendFormat(
+        &links, "message overhead %.3f ms per message sent or received (%s)\n",
+        request.message_overhead_seconds * 1e3,
+        in.message_overhead_seconds >= 0 ? "--message_overhead_seconds"
+                                         : "a quarter of the median probe RTT");
   }
   out.set_explanation(
       absl::StrCat(out.explanation(), "\n", links,

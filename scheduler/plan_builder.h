@@ -52,8 +52,10 @@ struct PlanInputs {
   // Zone overrides and defaults; the workers' measured links
   // (WorkerInfo.links, source "probe") come with `workers`.
   Topology topology;
-  // Stage time per stream message (PlanRequest::message_overhead_seconds).
-  double message_overhead_seconds = 0.0;
+  // Stage time per stream message a stage sends or receives
+  // (PlanRequest::message_overhead_seconds); negative: measured, a quarter
+  // of the median RTT of the candidates' probed links (MessageOverhead).
+  double message_overhead_seconds = -1.0;
   // The schedule's idle fraction on K workers (ModelSupport).
   std::function<double(int num_stages)> bubble;
 };
@@ -66,6 +68,15 @@ struct LayerWireBytes {
   int64_t gradient = 0;
 };
 std::vector<LayerWireBytes> WireBytesPerLayer(const v1::JobSpec& spec);
+
+// The per-message overhead a plan charges: `configured` when >= 0, else
+// measured: a quarter of the median RTT over the probed links among
+// `workers` (0 when none was probed). A probe's round trip is two messages
+// through the same gRPC stack the stage streams use, and each message costs
+// its sender and its receiver, so a quarter of it is one end's share of
+// one message.
+double MessageOverhead(double configured,
+                       const std::vector<v1::WorkerInfo>& workers);
 
 // `workers`' links as the planner will use them: measured ones, replaced
 // by the topology's overrides where one covers the pair (source

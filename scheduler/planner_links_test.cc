@@ -128,6 +128,7 @@ PlanInputs TwoWorkerInputs(double rtt) {
   in.job_id = "job-1";
   in.spec = MlpSpec();
   in.spec.set_num_stages(2);
+  in.message_overhead_seconds = 0;  // latency alone
   for (int l = 0; l < 2; ++l) {
     v1::LayerProfile* layer = in.profile.add_layers();
     layer->set_forward_seconds(0.001);
@@ -181,6 +182,30 @@ TEST(SimulatedStepTest, MessageOverheadIsStageTimePerMessage) {
   EXPECT_NEAR(b->stages(0).compute_seconds() - a->stages(0).compute_seconds(),
               2 * 0.0005, 1e-12);
   EXPECT_GT(b->predicted_step_seconds(), a->predicted_step_seconds());
+}
+
+TEST(SimulatedStepTest, MeasuredOverheadIsAQuarterOfTheMedianProbeRtt) {
+  std::vector<v1::WorkerInfo> workers(2);
+  for (double rtt : {0.0004, 0.0002, 0.0010}) {
+    v1::LinkMeasurement* l = workers[0].add_links();
+    l->set_rtt_seconds(rtt);
+    l->set_source("probe");
+  }
+  v1::LinkMeasurement* fixed = workers[1].add_links();
+  fixed->set_rtt_seconds(0.5);
+  fixed->set_source("override");  // not a measurement of the stack
+  EXPECT_DOUBLE_EQ(MessageOverhead(-1, workers), 0.0004 / 4);
+  EXPECT_EQ(MessageOverhead(0.002, workers), 0.002);
+  EXPECT_EQ(MessageOverhead(-1, {}), 0.0);
+  // A plan with probed links charges it unless the flag fixes it.
+  PlanInputs measured = TwoWorkerInputs(0.004);
+  measured.message_overhead_seconds = -1;
+  absl::StatusOr<v1::Plan> plan = BuildPlan(measured);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NEAR(plan->stages(0).compute_seconds(), 0.003 + 2 * 0.001, 1e-12);
+  EXPECT_NE(plan->explanation().find("message overhead 1.000 ms"),
+            std::string::npos)
+      << plan->explanation();
 }
 
 // Four layers of equal compute; the activation after layer 0 is small, the

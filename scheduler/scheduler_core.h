@@ -65,8 +65,10 @@ struct SchedulerOptions {
   std::string data_dir;
   // Link bandwidth between worker zones (label "zone").
   Topology topology;
-  // Stage time per stream message the planner charges (--message_overhead).
-  double message_overhead_seconds = 0.0;
+  // Stage time per stream message the planner charges
+  // (--message_overhead_seconds); negative: measured (MessageOverhead in
+  // plan_builder.h).
+  double message_overhead_seconds = -1.0;
   // Before a job's first plan, how long to wait for the links among its
   // candidate workers to be measured (asked for at once); then the plan
   // uses what is known and says so. 0: no wait (probes are still asked).

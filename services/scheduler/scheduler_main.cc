@@ -69,9 +69,10 @@ ABSL_FLAG(double, link_refresh_seconds, 600,
 ABSL_FLAG(double, probe_wait_seconds, 5,
           "Before planning a job, wait at most this long for the links among "
           "its workers to be measured (then plan with what is known)");
-ABSL_FLAG(double, message_overhead_seconds, 0,
+ABSL_FLAG(double, message_overhead_seconds, -1,
           "Stage time the planner charges per stream message sent or "
-          "received, on top of the link's latency");
+          "received, on top of the link's latency; -1: measured, a quarter "
+          "of the median round trip of the workers' link probes");
 ABSL_FLAG(std::string, port_file, "",
           "Write the bound ports here (grpc=N, http=N) once serving");
 ABSL_FLAG(std::string, auth_tokens_file, "",
@@ -184,11 +185,12 @@ absl::Status Run() {
   options.message_overhead_seconds =
       absl::GetFlag(FLAGS_message_overhead_seconds);
   if (!(options.probe_wait_seconds >= 0) ||
-      !(options.message_overhead_seconds >= 0) ||
+      !(options.message_overhead_seconds >= 0 ||
+        options.message_overhead_seconds == -1) ||
       !(options.registry.link_refresh_seconds > 0)) {
     return absl::InvalidArgumentError(
-        "--probe_wait_seconds and --message_overhead_seconds must be >= 0, "
-        "--link_refresh_seconds > 0");
+        "--probe_wait_seconds must be >= 0, --message_overhead_seconds >= 0 "
+        "or -1 (measured), --link_refresh_seconds > 0");
   }
 
   // Checkpoints live beside the scheduler's state (a PVC on Kubernetes).
