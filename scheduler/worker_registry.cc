@@ -357,11 +357,22 @@ std::vector<v1::ProbeTarget> WorkerRegistry::ProbesFor(const std::string& id,
   }
   const int64_t retry_ms =
       static_cast<int64_t>(options_.probe_retry_seconds * 1000);
+  // Workers measuring a link or being measured now (asked, not reported,
+  // within the retry period): a measurement sharing an end with another
+  // would time the other's traffic too.
+  std::set<std::string> measuring;
+  for (const auto& [pair, asked_ms] : probe_asked_ms_) {
+    if (now_ms - asked_ms < retry_ms) {
+      measuring.insert(pair.first);
+      measuring.insert(pair.second);
+    }
+  }
+  if (measuring.count(id)) return out;
   const bool self_busy = self->second.state() == v1::WORKER_STATE_ASSIGNED;
   for (const std::string& peer_id : order_) {
     const v1::WorkerInfo& peer = workers_.at(peer_id);
     if (peer_id == id || peer.state() == v1::WORKER_STATE_LOST ||
-        peer.address().empty()) {
+        peer.address().empty() || measuring.count(peer_id)) {
       continue;
     }
     const std::pair<std::string, std::string> pair{id, peer_id};

@@ -14,6 +14,10 @@
 // neither end runs a stage (probes would disturb it), or any pair a planner
 // asked for (WantProbes) even then. A pair asked for is not asked again for
 // probe_retry_seconds (a peer that is down must not be probed every beat).
+// Measurements never share a worker: while a pair is being measured
+// (asked, not yet reported, within the retry period) neither end is asked
+// to measure or be measured by another, so one probe's traffic does not
+// slow another's.
 //
 // Thread-safe.
 #ifndef PIPETRAIN_SCHEDULER_WORKER_REGISTRY_H_

@@ -37,8 +37,9 @@ class RegistryLinksTest : public ::testing::Test {
     for (int i = 1; i <= 3; ++i) {
       v1::WorkerInfo info;
       info.set_address("10.0.0." + std::to_string(i) + ":7100");
-      info.set_identity("worker-" + std::to_string(i));
-      auto r = registry_.Register(info, 0);
+      WorkerAdmission admission;
+      admission.identity = "worker-" + std::to_string(i);
+      auto r = registry_.Register(info, 0, admission);
       EXPECT_TRUE(r.ok()) << r.status();
       registry_.Heartbeat(r->worker_id(), 0);  // IDLE
     }
@@ -57,12 +58,17 @@ TEST_F(RegistryLinksTest, NewWorkersAreAskedToMeasureEveryPeerOnce) {
   const std::vector<v1::ProbeTarget> first = registry_.ProbesFor("w-1", 0);
   EXPECT_EQ(Ids(first), (std::vector<std::string>{"w-2", "w-3"}));
   EXPECT_EQ(first[0].address(), "10.0.0.2:7100");
+  EXPECT_EQ(first[0].identity(), "worker-2");
   // Unanswered: not asked again until the retry period has passed.
   EXPECT_TRUE(registry_.ProbesFor("w-1", 5 * kSecond).empty());
+  // Meanwhile w-2 is being measured: it measures nothing itself.
+  EXPECT_TRUE(registry_.ProbesFor("w-2", 5 * kSecond).empty());
   EXPECT_EQ(Ids(registry_.ProbesFor("w-1", 11 * kSecond)),
             (std::vector<std::string>{"w-2", "w-3"}));
-  // The peers are asked about their links to it too.
-  EXPECT_EQ(Ids(registry_.ProbesFor("w-2", 0)),
+  // Once w-1 reported, the peers measure their links to it (and the rest).
+  registry_.RecordLinks("w-1", Link("w-2", 1e9, 0.001), 12 * kSecond);
+  registry_.RecordLinks("w-1", Link("w-3", 1e9, 0.001), 12 * kSecond);
+  EXPECT_EQ(Ids(registry_.ProbesFor("w-2", 12 * kSecond)),
             (std::vector<std::string>{"w-1", "w-3"}));
 }
 
@@ -100,15 +106,18 @@ TEST_F(RegistryLinksTest, BusyWorkersAreLeftAloneUnlessAPlannerAsks) {
   EXPECT_TRUE(registry_.ProbesFor("w-2", 0).empty());
   EXPECT_EQ(Ids(registry_.ProbesFor("w-1", 0)),
             (std::vector<std::string>{"w-3"}));
-  // A re-plan that needs the links asks for them anyway, at once.
+  registry_.RecordLinks("w-1", Link("w-3", 1e9, 0.001), kSecond / 2);
+  // A re-plan that needs the links asks for them anyway, at once, one
+  // measurement per worker at a time.
   EXPECT_EQ(registry_.WantProbes({"w-1", "w-2"}, kSecond), 2);
   EXPECT_EQ(Ids(registry_.ProbesFor("w-2", kSecond)),
             (std::vector<std::string>{"w-1"}));
-  EXPECT_EQ(Ids(registry_.ProbesFor("w-1", kSecond)),
-            (std::vector<std::string>{"w-2"}));
-  registry_.RecordLinks("w-1", Link("w-2", 1e9, 0.001), 2 * kSecond);
+  EXPECT_TRUE(registry_.ProbesFor("w-1", kSecond).empty());
   registry_.RecordLinks("w-2", Link("w-1", 1e9, 0.001), 2 * kSecond);
-  EXPECT_EQ(registry_.MissingLinks({"w-1", "w-2"}, 2 * kSecond), 0);
+  EXPECT_EQ(Ids(registry_.ProbesFor("w-1", 2 * kSecond)),
+            (std::vector<std::string>{"w-2"}));
+  registry_.RecordLinks("w-1", Link("w-2", 1e9, 0.001), 3 * kSecond);
+  EXPECT_EQ(registry_.MissingLinks({"w-1", "w-2"}, 3 * kSecond), 0);
 }
 
 TEST_F(RegistryLinksTest, AForgottenWorkerLeavesNoLinks) {
