@@ -229,7 +229,7 @@ void SchedulerCore::Launch(const std::string& job_id, const v1::JobSpec& spec,
 }
 
 std::string SchedulerCore::AwaitLinks(
-    const std::vector<v1::WorkerInfo>& candidates) {
+    const std::vector<v1::WorkerInfo>& candidates, double wait_seconds) {
   std::vector<std::string> ids;
   for (const v1::WorkerInfo& w : candidates) ids.push_back(w.id());
   const int pairs = static_cast<int>(ids.size() * (ids.size() - 1));
@@ -241,14 +241,14 @@ std::string SchedulerCore::AwaitLinks(
                                          start)
         .count();
   };
-  while (missing > 0 && waited() < options_.probe_wait_seconds) {
+  while (missing > 0 && waited() < wait_seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     missing = registry_.MissingLinks(ids, Now());
   }
   if (missing == 0) return "";
   return absl::StrFormat(
-      "links: %d of %d not measured after waiting %.1f s for probes; they use "
-      "the flags' defaults",
+      "links: %d of %d not measured after waiting %.1f s for probes; they "
+      "use the flags' defaults",
       missing, pairs, waited());
 }
 
@@ -264,7 +264,7 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
   PlanInputs inputs;
   inputs.job_id = job.id();
   inputs.spec = job.spec();
-  const std::string links_note = AwaitLinks(idle);
+  const std::string links_note = AwaitLinks(idle, options_.probe_wait_seconds);
   ASSIGN_OR_RETURN(inputs.profile,
                    control_->Profile(idle[0].address(), profile_request));
   // The candidates again, with the links measured meanwhile.

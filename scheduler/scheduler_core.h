@@ -235,10 +235,11 @@ class SchedulerCore {
   // planned workers. `claimed`: one of them was taken meanwhile (lost, or
   // re-registered); the job should wait and try again.
   // Asks for the links among `candidates` that are missing or stale and
-  // waits up to options_.probe_wait_seconds for them (off the core's lock;
-  // action threads only). Empty when all are known, else a line for the
-  // plan's explanation saying how many are not.
-  std::string AwaitLinks(const std::vector<v1::WorkerInfo>& candidates);
+  // waits up to `wait_seconds` for them (off the core's lock; action
+  // threads only). Empty when all are known, else a line for the plan's
+  // explanation saying how many are not.
+  std::string AwaitLinks(const std::vector<v1::WorkerInfo>& candidates,
+                         double wait_seconds);
   absl::StatusOr<v1::Plan> PlanAndAssign(const v1::Job& job,
                                          std::vector<v1::WorkerInfo> idle,
                                          bool* claimed);
