@@ -40,6 +40,7 @@ absl::StatusOr<GrowthProposal> ProposeGrowth(const GrowthInputs& in) {
                          in.current[0].gemm_gflops());
   now.workers = in.current;
   now.topology = in.topology;
+  now.message_overhead_seconds = in.message_overhead_seconds;
   now.bubble = in.bubble;
   ASSIGN_OR_RETURN(const v1::Plan current, BuildPlan(now));
 

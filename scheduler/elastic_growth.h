@@ -37,6 +37,8 @@ struct GrowthInputs {
   std::vector<v1::WorkerInfo> joining;
   v1::ProfileResponse profile;
   Topology topology;
+  // PlanInputs::message_overhead_seconds.
+  double message_overhead_seconds = -1.0;
   // The schedule's idle fraction on K workers (ModelSupport).
   std::function<double(int num_stages)> bubble;
 };

@@ -106,6 +106,7 @@ absl::StatusOr<GrowthProposal> SchedulerCore::ProposeGrowthFor(
   ASSIGN_OR_RETURN(in.profile,
                    control_->Profile(joining[0].address(), profile_request));
   in.topology = options_.topology;
+  in.message_overhead_seconds = options_.message_overhead_seconds;
   in.bubble = [this, &job](int k) {
     return model_->TheoreticalBubble(job.spec(), k);
   };

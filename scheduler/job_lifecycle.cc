@@ -5,8 +5,11 @@
 // left half done.
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "scheduler/job_events.h"
@@ -225,6 +228,30 @@ void SchedulerCore::Launch(const std::string& job_id, const v1::JobSpec& spec,
   EndAction(job_id, v1::JOB_STATE_RUNNING);
 }
 
+std::string SchedulerCore::AwaitLinks(
+    const std::vector<v1::WorkerInfo>& candidates, double wait_seconds) {
+  std::vector<std::string> ids;
+  for (const v1::WorkerInfo& w : candidates) ids.push_back(w.id());
+  const int pairs = static_cast<int>(ids.size() * (ids.size() - 1));
+  int missing = registry_.WantProbes(ids, Now());
+  if (missing == 0) return "";
+  const auto start = std::chrono::steady_clock::now();
+  const auto waited = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         start)
+        .count();
+  };
+  while (missing > 0 && waited() < wait_seconds) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    missing = registry_.MissingLinks(ids, Now());
+  }
+  if (missing == 0) return "";
+  return absl::StrFormat(
+      "links: %d of %d not measured after waiting %.1f s for probes; they "
+      "use the flags' defaults",
+      missing, pairs, waited());
+}
+
 absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
     const v1::Job& job, std::vector<v1::WorkerInfo> idle, bool* claimed) {
   const auto start = std::chrono::steady_clock::now();
@@ -237,14 +264,25 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
   PlanInputs inputs;
   inputs.job_id = job.id();
   inputs.spec = job.spec();
+  const std::string links_note = AwaitLinks(idle, options_.probe_wait_seconds);
   ASSIGN_OR_RETURN(inputs.profile,
                    control_->Profile(idle[0].address(), profile_request));
+  // The candidates again, with the links measured meanwhile.
+  for (v1::WorkerInfo& w : idle) {
+    if (std::optional<v1::WorkerInfo> now = registry_.Get(w.id())) {
+      *w.mutable_links() = now->links();
+    }
+  }
   inputs.workers = std::move(idle);
   inputs.topology = options_.topology;
+  inputs.message_overhead_seconds = options_.message_overhead_seconds;
   inputs.bubble = [this, &job](int k) {
     return model_->TheoreticalBubble(job.spec(), k);
   };
   ASSIGN_OR_RETURN(v1::Plan plan, BuildPlan(inputs));
+  if (!links_note.empty()) {
+    plan.set_explanation(absl::StrCat(plan.explanation(), "\n", links_note));
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

@@ -226,14 +226,22 @@ absl::StatusOr<v1::Plan> SchedulerCore::Replan(
   if (inputs.spec.num_stages() > static_cast<int>(workers.size())) {
     inputs.spec.set_num_stages(static_cast<int>(workers.size()));
   }
+  // A recovery does not wait for probes: links never measured (e.g. to a
+  // spare that joined while the job ran) are asked for now, for later
+  // plans, and this one says which it did not know.
+  const std::string links_note = AwaitLinks(workers, 0);
   ASSIGN_OR_RETURN(inputs.profile,
                    control_->Profile(workers[0].address(), profile_request));
   inputs.workers = std::move(workers);
   inputs.topology = options_.topology;
+  inputs.message_overhead_seconds = options_.message_overhead_seconds;
   inputs.bubble = [this, &job](int k) {
     return model_->TheoreticalBubble(job.spec(), k);
   };
   ASSIGN_OR_RETURN(v1::Plan plan, BuildPlan(inputs));
+  if (!links_note.empty()) {
+    plan.set_explanation(absl::StrCat(plan.explanation(), "\n", links_note));
+  }
   plan.set_planning_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count());

@@ -6,6 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "spec/model_spec.h"
+#include "spec/schedule.h"
+#include "spec/vocabulary.h"
+#include "spec/wire_size.h"
 
 namespace pipetrain {
 namespace {
@@ -80,14 +84,29 @@ std::vector<int> EvenCuts(int layers, int chunks) {
 
 PlanRequest BuildRequest(const PlanInputs& in) {
   PlanRequest request;
+  const std::vector<LayerWireBytes> wire = WireBytesPerLayer(in.spec);
   for (const v1::LayerProfile& l : in.profile.layers()) {
     LayerCost c;
     c.forward_seconds = l.forward_seconds();
     c.backward_seconds = l.backward_seconds();
     c.activation_bytes = l.activation_bytes();
     c.parameter_bytes = l.parameter_bytes();
+    const size_t i = request.layers.size();
+    if (i < wire.size()) {
+      c.activation_wire_bytes = wire[i].activation;
+      c.gradient_wire_bytes = wire[i].gradient;
+    }
     request.layers.push_back(c);
   }
+  for (const v1::WorkerInfo& w : in.workers) {
+    for (const v1::LinkMeasurement& l : w.links()) {
+      if (l.source() != "probe" || !(l.bandwidth_bytes_per_s() > 0)) continue;
+      request.links[{w.id(), l.to_worker_id()}] = {
+          l.bandwidth_bytes_per_s(), std::max(0.0, l.rtt_seconds()), "probe"};
+    }
+  }
+  request.message_overhead_seconds =
+      MessageOverhead(in.message_overhead_seconds, in.workers);
   const double reference = in.workers[0].gemm_gflops();
   for (const v1::WorkerInfo& w : in.workers) {
     PlannerWorker p;
@@ -157,7 +176,9 @@ absl::StatusOr<std::vector<WorkerLoad>> ChunkLoads(
 double Bottleneck(const std::vector<WorkerLoad>& loads, int* stage) {
   double worst = -1;
   for (size_t s = 0; s < loads.size(); ++s) {
-    const double t = loads[s].compute_seconds + loads[s].transfer_seconds;
+    // As the planner's stages: sends overlap the compute of other chunks.
+    const double t =
+        std::max(loads[s].compute_seconds, loads[s].transfer_seconds);
     if (t > worst) {
       worst = t;
       if (stage != nullptr) *stage = static_cast<int>(s);
@@ -186,6 +207,24 @@ v1::PlannedStage* AddStage(const v1::WorkerInfo& worker, int stage,
   return p;
 }
 
+// The link to the next stage and the bytes a micro-batch sends over it.
+void FillLink(const PlanRequest& request,
+              const std::vector<StageAssignment>& stages, int s,
+              v1::PlannedStage* p) {
+  if (s + 1 >= static_cast<int>(stages.size())) return;
+  const LinkEstimate link =
+      LinkBetween(request, request.workers[stages[s].worker],
+                  request.workers[stages[s + 1].worker]);
+  p->set_link_bandwidth_bytes_per_s(link.bandwidth_bytes_per_s);
+  p->set_link_rtt_seconds(link.rtt_seconds);
+  const LayerCost& cut = request.layers[stages[s].layer_end - 1];
+  const auto or_plain = [&](int64_t wire) {
+    return wire >= 0 ? wire : cut.activation_bytes;
+  };
+  p->set_wire_bytes_per_micro_batch(or_plain(cut.activation_wire_bytes) +
+                                    or_plain(cut.gradient_wire_bytes));
+}
+
 // Contiguous stages, as the planner placed them.
 void FillContiguous(const PlanInputs& in, const PlanRequest& request,
                     const PipelinePlan& planned, v1::Plan* out) {
@@ -198,6 +237,7 @@ void FillContiguous(const PlanInputs& in, const PlanRequest& request,
     p->set_compute_seconds(a.compute_seconds);
     p->set_transfer_seconds(a.transfer_seconds);
     p->set_memory_bytes(a.memory_bytes);
+    FillLink(request, planned.stages, s, p);
   }
   out->set_bottleneck_seconds(planned.bottleneck_seconds);
   out->set_bottleneck_stage(planned.bottleneck_stage);
@@ -268,7 +308,153 @@ absl::Status FillInterleaved(const PlanInputs& in, const PlanRequest& request,
   return absl::OkStatus();
 }
 
+std::string BandwidthText(double bytes_per_s) {
+  const double bits = bytes_per_s * 8;
+  return bits >= 1e9 ? absl::StrFormat("%.2f Gb/s", bits / 1e9)
+                     : absl::StrFormat("%.1f Mb/s", bits / 1e6);
+}
+
+// The step time of the placement simulated under the job's schedule, or -1
+// for the schedules not simulated here (cross-step and interleaved ones).
+// Stage s: forward and backward compute on its worker plus the overhead
+// of the messages each pass receives and sends; its activation link to
+// s + 1 and gradient link to s - 1 carry one message per micro-batch each,
+// occupying the link bytes / bandwidth and arriving a latency later.
+double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
+                     const std::vector<StageAssignment>& stages) {
+  absl::StatusOr<ScheduleKind> kind = ScheduleKindFromProto(spec.schedule());
+  if (!kind.ok() || !(*kind == ScheduleKind::kGPipe ||
+                      *kind == ScheduleKind::kOneFOneBFlush ||
+                      *kind == ScheduleKind::kZeroBubbleH1)) {
+    return -1;
+  }
+  const int k = static_cast<int>(stages.size());
+  const double o = request.message_overhead_seconds;
+  std::vector<SimCosts> costs(k);
+  std::vector<LinkEstimate> down(k);  // link s -> s + 1
+  std::vector<LinkEstimate> up(k);    // link s -> s - 1
+  for (int s = 0; s < k; ++s) {
+    if (s + 1 < k) {
+      down[s] = LinkBetween(request, request.workers[stages[s].worker],
+                            request.workers[stages[s + 1].worker]);
+    }
+    if (s > 0) {
+      up[s] = LinkBetween(request, request.workers[stages[s].worker],
+                          request.workers[stages[s - 1].worker]);
+    }
+  }
+  for (int s = 0; s < k; ++s) {
+    const StageAssignment& a = stages[s];
+    const double speed = request.workers[a.worker].speed;
+    SimCosts& c = costs[s];
+    c.forward = 0;
+    c.backward = 0;
+    for (int l = a.layer_begin; l < a.layer_end; ++l) {
+      c.forward += request.layers[l].forward_seconds / speed;
+      c.backward += request.layers[l].backward_seconds / speed;
+    }
+    const int neighbours = (s > 0) + (s + 1 < k);
+    c.forward += o * neighbours;
+    c.backward += o * neighbours;
+    if (s + 1 < k) {
+      const LayerCost& cut = request.layers[a.layer_end - 1];
+      const double bytes = cut.activation_wire_bytes >= 0
+                               ? cut.activation_wire_bytes
+                               : cut.activation_bytes;
+      c.activation_transfer = bytes / down[s].bandwidth_bytes_per_s;
+      c.send = 0.25 * (down[s].rtt_seconds + up[s + 1].rtt_seconds);
+    }
+    if (s > 0) {
+      const LayerCost& cut = request.layers[a.layer_begin - 1];
+      const double bytes = cut.gradient_wire_bytes >= 0
+                               ? cut.gradient_wire_bytes
+                               : cut.activation_bytes;
+      c.gradient_transfer = bytes / up[s].bandwidth_bytes_per_s;
+      c.gradient_send = 0.25 * (up[s].rtt_seconds + down[s - 1].rtt_seconds);
+    }
+  }
+  ScheduleParams params;
+  params.kind = *kind;
+  params.num_stages = k;
+  params.micro_batches = request.micro_batches;
+  const SimResult result = Simulate(params, SimCosts{}, costs);
+  if (!result.status.ok() || result.deadlock) return -1;
+  return result.makespan;
+}
+
 }  // namespace
+
+std::vector<LayerWireBytes> WireBytesPerLayer(const v1::JobSpec& spec) {
+  std::vector<LayerWireBytes> out;
+  const absl::StatusOr<std::vector<Shape>> shapes =
+      ValidateModelSpec(spec.training().model());
+  if (!shapes.ok()) return out;
+  const int64_t micro_batch =
+      std::max<int64_t>(1, spec.training().batch_size() / MicroBatches(spec));
+  const v1::WireCompression& compression = spec.wire_compression();
+  for (size_t i = 1; i < shapes->size(); ++i) {
+    std::vector<int64_t> shape = {micro_batch};
+    shape.insert(shape.end(), (*shapes)[i].begin(), (*shapes)[i].end());
+    LayerWireBytes bytes;
+    bytes.activation = StreamedTensorWireBytes(shape, spec.wire_dtype(),
+                                               compression.activations(),
+                                               compression.group_size());
+    bytes.gradient = StreamedTensorWireBytes(shape, spec.wire_dtype(),
+                                             compression.gradients(),
+                                             compression.group_size());
+    if (bytes.activation < 0 || bytes.gradient < 0) return {};
+    out.push_back(bytes);
+  }
+  return out;
+}
+
+double MessageOverhead(double configured,
+                       const std::vector<v1::WorkerInfo>& workers) {
+  if (configured >= 0) return configured;
+  std::vector<double> rtts;
+  for (const v1::WorkerInfo& w : workers) {
+    for (const v1::LinkMeasurement& l : w.links()) {
+      if (l.source() == "probe" && l.rtt_seconds() > 0) {
+        rtts.push_back(l.rtt_seconds());
+      }
+    }
+  }
+  if (rtts.empty()) return 0.0;
+  std::sort(rtts.begin(), rtts.end());
+  const size_t n = rtts.size();
+  const double median =
+      n % 2 == 1 ? rtts[n / 2] : 0.5 * (rtts[n / 2 - 1] + rtts[n / 2]);
+  return median / 4;
+}
+
+void ApplyLinkOverrides(const Topology& topology,
+                        std::vector<v1::WorkerInfo>* workers) {
+  const auto zone = [](const v1::WorkerInfo& w) {
+    auto it = w.labels().find("zone");
+    return it == w.labels().end() ? std::string() : it->second;
+  };
+  for (v1::WorkerInfo& from : *workers) {
+    for (const v1::WorkerInfo& to : *workers) {
+      if (to.id() == from.id()) continue;
+      const double bandwidth = topology.BandwidthOverride(zone(from), zone(to));
+      const double rtt = topology.RttOverride(zone(from), zone(to));
+      if (bandwidth < 0 && rtt < 0) continue;
+      v1::LinkMeasurement* link = nullptr;
+      for (v1::LinkMeasurement& l : *from.mutable_links()) {
+        if (l.to_worker_id() == to.id()) link = &l;
+      }
+      if (link == nullptr) {
+        link = from.add_links();
+        link->set_to_worker_id(to.id());
+        link->set_bandwidth_bytes_per_s(
+            topology.Bandwidth(zone(from), zone(to)));
+      }
+      if (bandwidth >= 0) link->set_bandwidth_bytes_per_s(bandwidth);
+      if (rtt >= 0) link->set_rtt_seconds(rtt);
+      link->set_source("override");
+    }
+  }
+}
 
 int ChunksPerWorker(const v1::JobSpec& spec) {
   if (spec.schedule() != v1::SCHEDULE_INTERLEAVED) return 1;
@@ -339,12 +525,42 @@ absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
     FillContiguous(in, request, planned, &out);
   }
   // The schedule sets the bubble: a step is M bottleneck micro-batches of
-  // work stretched by it (GPipe: (M + K - 1) * bottleneck).
+  // work stretched by it (GPipe: (M + K - 1) * bottleneck), unless the
+  // schedule can be simulated with the links (SimulatedStep).
   const int k = out.stages_size();
   const double bubble = in.bubble ? in.bubble(k) : 0.0;
   out.set_predicted_bubble(bubble);
   out.set_predicted_step_seconds(request.micro_batches *
                                  out.bottleneck_seconds() / (1.0 - bubble));
+  if (v == 1) {
+    const double simulated = SimulatedStep(in.spec, request, planned.stages);
+    if (simulated > 0) {
+      out.set_predicted_step_seconds(simulated);
+    }
+  }
+  std::string links;
+  for (const v1::PlannedStage& p : out.stages()) {
+    if (p.link_bandwidth_bytes_per_s() <= 0) continue;
+    const LinkEstimate link =
+        LinkBetween(request, request.workers[planned.stages[p.stage()].worker],
+                    request.workers[planned.stages[p.stage() + 1].worker]);
+    absl::StrAppendFormat(
+        &links,
+        "link %d -> %d: %s, RTT %.3f ms (%s), %d bytes per micro-batch\n",
+        p.stage(), p.stage() + 1, BandwidthText(link.bandwidth_bytes_per_s),
+        link.rtt_seconds * 1e3, link.source, p.wire_bytes_per_micro_batch());
+  }
+  if (request.message_overhead_seconds > 0) {
+    absl::StrAppendFormat(
+        &links, "message overhead %.3f ms per message sent or received (%s)\n",
+        request.message_overhead_seconds * 1e3,
+        in.message_overhead_seconds >= 0 ? "--message_overhead_seconds"
+                                         : "a quarter of the median probe RTT");
+  }
+  out.set_explanation(
+      absl::StrCat(out.explanation(), "\n", links,
+                   absl::StrFormat("predicted step %.3f ms",
+                                   out.predicted_step_seconds() * 1e3)));
   out.set_explanation(absl::StrCat("profiled on ", in.workers[0].id(), " (",
                                    in.profile.device(), ")\n",
                                    out.explanation()));

@@ -11,6 +11,12 @@
 // with the planner's cost model over the K * v virtual stages; a worker
 // whose chunks do not fit its memory fails the plan, with the numbers.
 //
+// The predicted step of GPipe, 1F1B-flush and ZB-H1 comes from simulating
+// the schedule (spec/simulator.cc) with every stage's forward and backward
+// time, each link's occupancy per message and its latency (see the model at
+// the top of planner.cc); the other schedules use M * bottleneck / (1 -
+// bubble).
+//
 // Pure functions; thread-safe.
 #ifndef PIPETRAIN_SCHEDULER_PLAN_BUILDER_H_
 #define PIPETRAIN_SCHEDULER_PLAN_BUILDER_H_
@@ -43,10 +49,40 @@ struct PlanInputs {
   v1::ProfileResponse profile;
   // Candidates, idle and matching the job's selector; at least one.
   std::vector<v1::WorkerInfo> workers;
+  // Zone overrides and defaults; the workers' measured links
+  // (WorkerInfo.links, source "probe") come with `workers`.
   Topology topology;
+  // Stage time per stream message a stage sends or receives
+  // (PlanRequest::message_overhead_seconds); negative: measured, a quarter
+  // of the median RTT of the candidates' probed links (MessageOverhead).
+  double message_overhead_seconds = -1.0;
   // The schedule's idle fraction on K workers (ModelSupport).
   std::function<double(int num_stages)> bubble;
 };
+
+// Bytes one micro-batch's output of each layer takes on the wire, down
+// (activation) and up (gradient), per the job's wire dtype and compression
+// (spec/wire_size.h); empty when the model spec is invalid.
+struct LayerWireBytes {
+  int64_t activation = 0;
+  int64_t gradient = 0;
+};
+std::vector<LayerWireBytes> WireBytesPerLayer(const v1::JobSpec& spec);
+
+// The per-message overhead a plan charges: `configured` when >= 0, else
+// measured: a quarter of the median RTT over the probed links among
+// `workers` (0 when none was probed). A probe's round trip is two messages
+// through the same gRPC stack the stage streams use, and each message costs
+// its sender and its receiver, so a quarter of it is one end's share of
+// one message.
+double MessageOverhead(double configured,
+                       const std::vector<v1::WorkerInfo>& workers);
+
+// `workers`' links as the planner will use them: measured ones, replaced
+// by the topology's overrides where one covers the pair (source
+// "override"), plus override entries for pairs not measured.
+void ApplyLinkOverrides(const Topology& topology,
+                        std::vector<v1::WorkerInfo>* workers);
 
 // The plan, or the planner's error (FailedPrecondition with the reason when
 // nothing fits). planning_seconds is left to the caller, who also timed

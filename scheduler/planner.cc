@@ -7,12 +7,25 @@
 // Cost model, per micro-batch:
 //  * Compute: worker w runs layer l in (forward_l + backward_l) / speed_w; a
 //    stage's compute is the sum over its layers, taken from prefix sums
-//    (O(1) per stage; rounding relative to the whole model's work, ~1e-16).
-//  * Transfer: a stage that is not the last sends its last layer's
-//    activation_bytes down and receives the same bytes of gradient back, over
-//    Bandwidth(zone of its worker, zone of the next stage's worker):
-//    transfer = 2 * bytes / bandwidth.
-//  * Stage time = compute + transfer; the bottleneck is the largest.
+//    (O(1) per stage; rounding relative to the whole model's work, ~1e-16),
+//    plus message_overhead for each message it sends or receives (an
+//    activation and a gradient per neighbour: 2 or 4 per micro-batch).
+//  * Links are per worker pair (LinkBetween): the operator's zone override
+//    (--zone_bandwidth, --zone_latency) if one covers the pair, else the
+//    pair's measured link (Probe: bandwidth and RTT; this direction, else
+//    the reverse), else the zone default bandwidth with no latency.
+//  * Bytes are as encoded on the wire: a layer's activation_wire_bytes go
+//    down and its gradient_wire_bytes come back up (spec/wire_size.h: the
+//    wire dtype, or int8 / int4 codes with a scale and offset per group).
+//  * Transfer of the link after stage s: its occupancy per micro-batch,
+//    max(activation / bandwidth(s -> s+1), gradient / bandwidth(s+1 -> s)):
+//    the two directions are separate flows and run at once. Latency of
+//    that link: RTT / 2, the two directions averaged.
+//  * Stage time = max(compute, transfer): a stage's sends queue and return
+//    at once, so a link moves one micro-batch while the stages compute
+//    others; the bottleneck is the largest stage time, and a link slower
+//    than the slowest stage's compute is the bottleneck. The search
+//    minimizes it.
 //  * Memory = parameter bytes * (2 + optimizer_state_factor) for weights,
 //    gradients and optimizer state, plus activations. With "held" the sum of
 //    the stage's layers' activation_bytes and "input" the bytes entering the
@@ -23,21 +36,43 @@
 //      Rematerialized: M * input + held  (inputs stashed, one mb recomputed)
 //    K - s is "stages from s to the end", which a suffix search knows.
 //
-// Predicted step (flush schedules): (M + K - 1) * bottleneck; bubble
-// (K - 1) / (M + K - 1). A worker reporting memory_bytes == 0 is unlimited.
+// Step time. PipelinePlan's predicted_step_seconds is the flush bound
+// (M + K - 1) * bottleneck; bubble (K - 1) / (M + K - 1). The scheduler's
+// plan (plan_builder.cc) replaces it for GPipe, 1F1B-flush and ZB-H1 by
+// simulating the schedule's instruction streams (spec/simulator.cc) with
+// each stage's forward and backward time and each link's occupancy and
+// latency per message; messages on one link queue behind each other. What
+// follows from the simulation, with F_s + B_s a stage's compute, T_s its
+// link's occupancy and L_s its latency:
+//  * GPipe: all forwards, then all backwards. Steady state runs at the
+//    bottleneck max_s(F_s + B_s, T_s) per micro-batch; fill pays every
+//    link's T_s + L_s once on the way down (the first micro-batch's
+//    activation), drain once on the way up (the last gradient): step ~=
+//    (M + K - 1) * bottleneck + sum_s 2 (T_s + L_s) when compute dominates.
+//  * 1F1B-flush: the same fill and drain, but in the steady state stage s
+//    runs B of micro-batch m only after the gradient came back from s + 1,
+//    a round trip of 2 L_s plus the downstream stages' work, with only
+//    K - s micro-batches in flight to cover it: with short compute and a
+//    long RTT the steady state waits for gradients and the step grows with
+//    about M * RTT / (K - s), not only with K * RTT as GPipe's.
+//  * ZB-H1: as 1F1B, with W passes filling the waits for gradients, so
+//    less of the round trip shows.
+// A worker reporting memory_bytes == 0 is unlimited.
 //
 // Search: suffix dynamic programming over (first layer e, stages left r,
-// worker of the first stage), minimizing the bottleneck; stages are
-// contiguous layer ranges on distinct workers. Up to 7 workers the workers
-// still free are part of the state, which is exact over every ordered choice
-// of workers (equivalent to trying all permutations, without repeating
-// shared suffixes); beyond, the workers must follow one of three orders
-// (grouped by zone along the fastest zone chain with the fastest worker first
-// in each zone; as given; fastest first), skipping allowed. One pass yields
-// the best bottleneck for every K; num_stages == 0 picks the K minimizing the
-// predicted step, ties to fewer stages. Bounds from the best plan so far
-// (first from speed-proportional splits) prune the search without changing
-// its answer. Complexity in planner_dp.h.
+// link class of the first stage), minimizing the bottleneck; stages are
+// contiguous layer ranges on distinct workers. Link classes are zones when
+// no link was measured, else every worker (per-pair links). Up to 7
+// workers the workers still free are part of the state, which is exact
+// over every ordered choice of workers (equivalent to trying all
+// permutations, without repeating shared suffixes); beyond, the workers
+// must follow one of three orders (grouped by zone along the fastest zone
+// chain with the fastest worker first in each zone; as given; fastest
+// first), skipping allowed. One pass yields the best bottleneck for every
+// K; num_stages == 0 picks the K minimizing the flush bound, ties to fewer
+// stages. Bounds from the best plan so far (first from speed-proportional
+// splits) prune the search without changing its answer. Complexity in
+// planner_dp.h.
 #include "scheduler/planner.h"
 
 #include <algorithm>
@@ -58,11 +93,60 @@ namespace pipetrain {
 
 using planner_internal::StageCostModel;
 
+namespace {
+
+double FindUnordered(
+    const std::map<std::pair<std::string, std::string>, double>& table,
+    const std::string& a, const std::string& b) {
+  auto it = table.find({a, b});
+  if (it == table.end()) it = table.find({b, a});
+  return it == table.end() ? -1.0 : it->second;
+}
+
+}  // namespace
+
+double Topology::BandwidthOverride(const std::string& a,
+                                   const std::string& b) const {
+  return FindUnordered(bandwidth, a, b);
+}
+
+double Topology::RttOverride(const std::string& a, const std::string& b) const {
+  return FindUnordered(rtt, a, b);
+}
+
 double Topology::Bandwidth(const std::string& a, const std::string& b) const {
-  auto it = bandwidth.find({a, b});
-  if (it == bandwidth.end()) it = bandwidth.find({b, a});
-  if (it != bandwidth.end()) return it->second;
+  const double fixed = BandwidthOverride(a, b);
+  if (fixed >= 0) return fixed;
   return a == b ? intra_zone_bandwidth : default_bandwidth;
+}
+
+LinkEstimate LinkBetween(const PlanRequest& request, const PlannerWorker& from,
+                         const PlannerWorker& to) {
+  const Topology& topology = request.topology;
+  const LinkEstimate* measured = nullptr;
+  auto it = request.links.find({from.id, to.id});
+  if (it == request.links.end()) it = request.links.find({to.id, from.id});
+  if (it != request.links.end()) measured = &it->second;
+  LinkEstimate out;
+  const double bandwidth = topology.BandwidthOverride(from.zone, to.zone);
+  const double rtt = topology.RttOverride(from.zone, to.zone);
+  if (bandwidth >= 0) {
+    out.bandwidth_bytes_per_s = bandwidth;
+    out.source = "override";
+  } else if (measured != nullptr) {
+    out.bandwidth_bytes_per_s = measured->bandwidth_bytes_per_s;
+    out.source = "probe";
+  } else {
+    out.bandwidth_bytes_per_s = topology.Bandwidth(from.zone, to.zone);
+    out.source = "default";
+  }
+  if (rtt >= 0) {
+    out.rtt_seconds = rtt;
+    out.source = "override";
+  } else if (measured != nullptr) {
+    out.rtt_seconds = measured->rtt_seconds;
+  }
+  return out;
 }
 
 namespace {
@@ -82,7 +166,8 @@ absl::Status ValidateLayers(const std::vector<LayerCost>& layers) {
       return absl::InvalidArgumentError(
           absl::StrCat("layer ", l, ": times must be finite and non-negative"));
     }
-    if (layer.activation_bytes < 0 || layer.parameter_bytes < 0) {
+    if (layer.activation_bytes < 0 || layer.parameter_bytes < 0 ||
+        layer.activation_wire_bytes < -1 || layer.gradient_wire_bytes < -1) {
       return absl::InvalidArgumentError(
           absl::StrCat("layer ", l, ": byte counts must be non-negative"));
     }
@@ -131,6 +216,29 @@ absl::Status ValidateTopology(const Topology& topology) {
                        " is given twice, differently"));
     }
   }
+  for (const auto& [zones, rtt] : topology.rtt) {
+    if (!IsNonNegativeFinite(rtt)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("latency between ", zones.first, " and ", zones.second,
+                       " must be finite and non-negative"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLinks(const PlanRequest& request) {
+  for (const auto& [pair, link] : request.links) {
+    if (!IsPositiveFinite(link.bandwidth_bytes_per_s) ||
+        !IsNonNegativeFinite(link.rtt_seconds)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("link ", pair.first, " -> ", pair.second,
+                       ": bandwidth must be positive and RTT non-negative"));
+    }
+  }
+  if (!IsNonNegativeFinite(request.message_overhead_seconds)) {
+    return absl::InvalidArgumentError(
+        "message_overhead_seconds must be finite and non-negative");
+  }
   return absl::OkStatus();
 }
 
@@ -138,6 +246,7 @@ absl::Status ValidateRequest(const PlanRequest& request) {
   RETURN_IF_ERROR(ValidateLayers(request.layers));
   RETURN_IF_ERROR(ValidateWorkers(request.workers));
   RETURN_IF_ERROR(ValidateTopology(request.topology));
+  RETURN_IF_ERROR(ValidateLinks(request));
   if (request.micro_batches < 1) {
     return absl::InvalidArgumentError("micro_batches must be at least 1");
   }
@@ -208,14 +317,15 @@ std::string Explain(const PlanRequest& request, const PipelinePlan& plan) {
     absl::StrAppendFormat(
         &text,
         "stage %d: layers [%d, %d) on worker %s (zone %s): compute %.3f ms "
-        "+ transfer %.3f ms, memory %s of %s\n",
+        "| transfer %.3f ms + latency %.3f ms, memory %s of %s\n",
         s, stage.layer_begin, stage.layer_end, worker.id, worker.zone,
         stage.compute_seconds * 1e3, stage.transfer_seconds * 1e3,
+        stage.latency_seconds * 1e3,
         MemoryText(static_cast<double>(stage.memory_bytes)), capacity);
   }
   absl::StrAppendFormat(
       &text,
-      "bottleneck: stage %d (%.3f ms); predicted step %.3f ms; "
+      "bottleneck: stage %d (%.3f ms); (M + K - 1) x bottleneck %.3f ms; "
       "bubble %.1f%%",
       plan.bottleneck_stage, plan.bottleneck_seconds * 1e3,
       plan.predicted_step_seconds * 1e3, plan.predicted_bubble * 100.0);
@@ -236,16 +346,16 @@ PipelinePlan Evaluate(const PlanRequest& request, const StageCostModel& model,
     StageAssignment& stage = stages[s];
     stage.compute_seconds =
         model.ComputeSeconds(stage.layer_begin, stage.layer_end, stage.worker);
-    stage.transfer_seconds =
-        s + 1 < k
-            ? model.TransferSeconds(stage.layer_end, model.zone(stage.worker),
-                                    model.zone(stages[s + 1].worker))
-            : 0.0;
+    stage.transfer_seconds = model.StageTransferSeconds(stages, s);
+    stage.latency_seconds =
+        s + 1 < k ? model.LatencySeconds(model.zone(stage.worker),
+                                         model.zone(stages[s + 1].worker))
+                  : 0.0;
     const double memory =
         model.MemoryBytes(stage.layer_begin, stage.layer_end, k - s);
     stage.memory_bytes = CeilBytes(memory);
     plan.fits_memory &= memory <= model.MemoryCapacity(stage.worker);
-    const double time = stage.compute_seconds + stage.transfer_seconds;
+    const double time = std::max(stage.compute_seconds, stage.transfer_seconds);
     if (s == 0 || time > plan.bottleneck_seconds) {
       plan.bottleneck_seconds = time;
       plan.bottleneck_stage = s;

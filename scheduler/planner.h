@@ -26,6 +26,11 @@ struct LayerCost {
   // boundary after this layer, and what a stage keeps per micro-batch).
   int64_t activation_bytes = 0;
   int64_t parameter_bytes = 0;
+  // Bytes the activation (down) and its gradient (up) take on the wire per
+  // micro-batch, as encoded (wire dtype, compression: spec/wire_size.h);
+  // -1: activation_bytes.
+  int64_t activation_wire_bytes = -1;
+  int64_t gradient_wire_bytes = -1;
 };
 
 struct PlannerWorker {
@@ -36,13 +41,29 @@ struct PlannerWorker {
   std::string zone;
 };
 
-// Link bandwidth between zones, bytes per second. Pairs are unordered;
-// a missing pair uses `default_bandwidth` (same zone: `intra_zone`).
+// Links between zones, as the operator's flags give them. `bandwidth`
+// (bytes per second) and `rtt` (seconds) pairs are unordered overrides: they
+// win over measured links. A pair with neither an override nor a
+// measurement uses `default_bandwidth` (same zone: `intra_zone_bandwidth`)
+// and no latency.
 struct Topology {
   double intra_zone_bandwidth = 10e9;
   double default_bandwidth = 1e9;
   std::map<std::pair<std::string, std::string>, double> bandwidth;
+  std::map<std::pair<std::string, std::string>, double> rtt;
+  // The override or the default.
   double Bandwidth(const std::string& a, const std::string& b) const;
+  // The override for the pair, if any (-1 when none).
+  double BandwidthOverride(const std::string& a, const std::string& b) const;
+  double RttOverride(const std::string& a, const std::string& b) const;
+};
+
+// One direction of a link between two workers.
+struct LinkEstimate {
+  double bandwidth_bytes_per_s = 0.0;
+  double rtt_seconds = 0.0;
+  // "probe", "override" or "default".
+  std::string source;
 };
 
 enum class MemoryModel {
@@ -55,6 +76,13 @@ struct PlanRequest {
   std::vector<LayerCost> layers;
   std::vector<PlannerWorker> workers;
   Topology topology;
+  // Measured links by (from worker id, to worker id), directed. A link
+  // without a measurement uses the reverse direction's, else the topology's
+  // defaults; the topology's overrides win over both (LinkBetween).
+  std::map<std::pair<std::string, std::string>, LinkEstimate> links;
+  // Stage time per message a stage sends or receives (activation or
+  // gradient), e.g. the local stream's encode and hand-off.
+  double message_overhead_seconds = 0.0;
   int micro_batches = 1;
   // 0: any number of stages up to min(#layers, #workers); else exactly.
   int num_stages = 0;
@@ -67,15 +95,24 @@ struct PlanRequest {
 struct StageAssignment {
   int layer_begin = 0;  // [begin, end)
   int layer_end = 0;
-  int worker = 0;                 // index into PlanRequest::workers
-  double compute_seconds = 0.0;   // forward + backward per micro-batch
-  double transfer_seconds = 0.0;  // activation down + gradient up, per mb
+  int worker = 0;  // index into PlanRequest::workers
+  // Forward + backward per micro-batch, plus the per-message overhead of
+  // the messages the stage sends and receives.
+  double compute_seconds = 0.0;
+  // The link to the next stage's occupancy per micro-batch: the slower of
+  // activation down and gradient up (the directions run in parallel), 0 for
+  // the last stage.
+  double transfer_seconds = 0.0;
+  // That link's one-way latency (RTT / 2, both directions averaged).
+  double latency_seconds = 0.0;
   int64_t memory_bytes = 0;
 };
 
 struct PipelinePlan {
   std::vector<StageAssignment> stages;
-  double bottleneck_seconds = 0.0;  // max over stages of compute + transfer
+  // max over stages of max(compute, transfer): a stage's sends overlap
+  // its compute of other micro-batches.
+  double bottleneck_seconds = 0.0;
   int bottleneck_stage = 0;
   // (M + K - 1) * bottleneck for flush schedules.
   double predicted_step_seconds = 0.0;
@@ -85,6 +122,13 @@ struct PipelinePlan {
   // EvaluatePlacement reports placements that overflow instead of failing.
   bool fits_memory = true;
 };
+
+// The link from `from` to `to` the cost model uses: the topology's
+// override for their zones, else the measured link (this direction, else
+// the reverse), else the zone default; bandwidth and RTT are resolved
+// separately.
+LinkEstimate LinkBetween(const PlanRequest& request, const PlannerWorker& from,
+                         const PlannerWorker& to);
 
 // The best plan. InvalidArgument for malformed requests (no layers, no
 // workers, non-positive speeds); FailedPrecondition with the reason when no

@@ -29,10 +29,23 @@ class StageCostModel {
   int num_workers() const { return static_cast<int>(speed_.size()); }
   int num_zones() const { return num_zones_; }
   int micro_batches() const { return micro_batches_; }
+  // The worker's link class ("zone" in the search): its zone when no link
+  // was measured, else the worker itself (links are then per pair).
   int zone(int worker) const { return zone_[worker]; }
   double speed(int worker) const { return speed_[worker]; }
-  // 2 / bandwidth between two zones: transfer seconds per activation byte.
+  // Seconds per byte there and back between two classes (to rank zone
+  // chains).
   double TransferSecondsPerByte(int from, int to) const {
+    return seconds_per_byte_[from * num_zones_ + to] +
+           seconds_per_byte_[to * num_zones_ + from];
+  }
+  // One-way latency between two classes: the two directions' RTT / 2,
+  // averaged.
+  double LatencySeconds(int from, int to) const {
+    return 0.25 * (rtt_[from * num_zones_ + to] + rtt_[to * num_zones_ + from]);
+  }
+  // Seconds per byte from one class to another (1 / bandwidth).
+  double SecondsPerByte(int from, int to) const {
     return seconds_per_byte_[from * num_zones_ + to];
   }
 
@@ -41,16 +54,23 @@ class StageCostModel {
     return compute_prefix_[end] - compute_prefix_[begin];
   }
 
-  // Forward + backward of layers [begin, end) on `worker`, per micro-batch.
+  // Forward + backward of layers [begin, end) on `worker`, per micro-batch,
+  // plus the overhead of the messages it receives (from a stage before it)
+  // and sends (to one after it): two per neighbour.
   double ComputeSeconds(int begin, int end, int worker) const {
-    return (compute_prefix_[end] - compute_prefix_[begin]) / speed_[worker];
+    const int neighbours = (begin > 0 ? 1 : 0) + (end < num_layers_ ? 1 : 0);
+    return (compute_prefix_[end] - compute_prefix_[begin]) / speed_[worker] +
+           message_overhead_ * 2 * neighbours;
   }
 
-  // Activation down plus gradient up across the cut before layer `end`,
-  // between a worker in zone `from` and one in zone `to`.
+  // The link's occupancy per micro-batch across the cut before layer `end`,
+  // from a worker of class `from` to one of class `to`: activation down and
+  // gradient up run in parallel (each direction is its own flow), so the
+  // slower of the two.
   double TransferSeconds(int end, int from, int to) const {
-    return activation_bytes_[end - 1] *
-           seconds_per_byte_[from * num_zones_ + to];
+    return std::max(
+        activation_wire_[end - 1] * seconds_per_byte_[from * num_zones_ + to],
+        gradient_wire_[end - 1] * seconds_per_byte_[to * num_zones_ + from]);
   }
 
   // Bytes a stage of layers [begin, end) needs when `stages_remaining`
@@ -81,13 +101,14 @@ class StageCostModel {
                            zone(stages[s + 1].worker));
   }
 
-  // Compute + transfer of stage s of a well-formed placement: the same sum
-  // EvaluatePlacement and the search form.
+  // max(compute, transfer) of stage s of a well-formed placement: the same
+  // figure EvaluatePlacement and the search form.
   double StageSeconds(const std::vector<StageAssignment>& stages,
                       size_t s) const {
     const StageAssignment& stage = stages[s];
-    return ComputeSeconds(stage.layer_begin, stage.layer_end, stage.worker) +
-           StageTransferSeconds(stages, s);
+    return std::max(
+        ComputeSeconds(stage.layer_begin, stage.layer_end, stage.worker),
+        StageTransferSeconds(stages, s));
   }
 
   // Memory of stage s of a well-formed placement.
@@ -106,16 +127,20 @@ class StageCostModel {
   int micro_batches_ = 1;
   MemoryModel memory_model_ = MemoryModel::kGPipe;
   double state_factor_ = 1.0;  // 2 + optimizer_state_factor
+  double message_overhead_ = 0.0;
   // Prefix sums over layers, index i = sum of layers [0, i). Bytes are kept
   // in double: exact below 2^53 and immune to signed overflow.
   std::vector<double> compute_prefix_;
   std::vector<double> parameter_prefix_;
   std::vector<double> activation_prefix_;
   std::vector<double> activation_bytes_;
+  std::vector<double> activation_wire_;  // bytes on the wire, per layer
+  std::vector<double> gradient_wire_;
   std::vector<double> speed_;
   std::vector<double> capacity_;
   std::vector<int> zone_;
   std::vector<double> seconds_per_byte_;  // [from * num_zones + to]
+  std::vector<double> rtt_;               // [from * num_zones + to]
 };
 
 }  // namespace planner_internal

@@ -41,7 +41,7 @@ StageResult BestFirstStage(const StageCostModel& model, int begin, int worker,
       const double rest = next.value[row + z];
       if (!(rest < best.value)) continue;
       const double value =
-          std::max(compute + model.TransferSeconds(end, from, z), rest);
+          std::max({compute, model.TransferSeconds(end, from, z), rest});
       if (value < best.value) best = {value, {end, next.who[row + z]}};
     }
   }

@@ -6,7 +6,7 @@
 // so one pass yields the best bottleneck for every stage count K.
 //
 //   value(e, r, w) = min over end, next worker v allowed after w of
-//       max(compute(e, end, w) + transfer(end, zone w, zone v),
+//       max(compute(e, end, w), transfer(end, zone w, zone v),
 //           value(end, r - 1, v))
 //
 // Only the zone of v enters the stage's own time, so the candidates for v

@@ -338,7 +338,7 @@ PlanRequest UnevenRequest() {
   request.workers = {Worker("a0", 1.0, 0, "a"), Worker("b-slow", 0.25, 0, "b"),
                      Worker("a1", 1.0, 0, "a"), Worker("b1", 1.0, 0, "b")};
   request.topology.intra_zone_bandwidth = 50e9;
-  request.topology.default_bandwidth = 1e9;  // 0.54 s per big cut
+  request.topology.default_bandwidth = 0.5e9;  // 0.54 s per big cut
   request.micro_batches = 8;
   request.num_stages = 4;
   return request;

@@ -73,7 +73,7 @@ inline void ExpectWellFormed(const PlanRequest& request,
     EXPECT_FALSE(used[stage.worker]) << "worker holds two stages";
     used[stage.worker] = true;
     bottleneck =
-        std::max(bottleneck, stage.compute_seconds + stage.transfer_seconds);
+        std::max({bottleneck, stage.compute_seconds, stage.transfer_seconds});
     begin = stage.layer_end;
   }
   EXPECT_EQ(begin, static_cast<int>(request.layers.size()));

@@ -4,9 +4,11 @@
 // metrics in scheduler_metrics.cc.
 #include "scheduler/scheduler_core.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -189,6 +191,12 @@ absl::StatusOr<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
     out.set_register_again(true);
     return out;
   }
+  if (request.links_size() > 0) {
+    registry_.RecordLinks(request.worker_id(), request.links(), now);
+  }
+  for (v1::ProbeTarget& t : registry_.ProbesFor(request.worker_id(), now)) {
+    *out.add_probe() = std::move(t);
+  }
   if (!request.has_report()) return out;
   absl::MutexLock lock(&mu_);
   absl::StatusOr<JobRecord*> record = jobs_.Find(request.report().job_id());
@@ -211,7 +219,9 @@ absl::StatusOr<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
 absl::StatusOr<v1::ListWorkersResponse> SchedulerCore::ListWorkers(
     const v1::ListWorkersRequest&) {
   v1::ListWorkersResponse out;
-  for (v1::WorkerInfo& w : registry_.List()) *out.add_workers() = std::move(w);
+  std::vector<v1::WorkerInfo> workers = registry_.List();
+  ApplyLinkOverrides(options_.topology, &workers);
+  for (v1::WorkerInfo& w : workers) *out.add_workers() = std::move(w);
   return out;
 }
 
@@ -278,7 +288,18 @@ absl::StatusOr<v1::Plan> SchedulerCore::GetPlan(const v1::GetPlanRequest& r) {
         absl::StrCat(r.job_id(), " has no plan yet (state ",
                      v1::JobState_Name(record->job.state()), ")"));
   }
-  return *record->plan;
+  v1::Plan plan = *record->plan;
+  // Predicted beside measured: the median of the last stage's recent steps.
+  std::vector<double> steps(record->recent_step_seconds.begin(),
+                            record->recent_step_seconds.end());
+  if (!steps.empty()) {
+    std::sort(steps.begin(), steps.end());
+    const size_t n = steps.size();
+    plan.set_measured_step_seconds(
+        n % 2 == 1 ? steps[n / 2] : 0.5 * (steps[n / 2 - 1] + steps[n / 2]));
+    plan.set_measured_steps(static_cast<int64_t>(n));
+  }
+  return plan;
 }
 
 absl::StatusOr<v1::GetVersionsResponse> SchedulerCore::GetVersions(

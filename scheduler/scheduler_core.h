@@ -65,6 +65,14 @@ struct SchedulerOptions {
   std::string data_dir;
   // Link bandwidth between worker zones (label "zone").
   Topology topology;
+  // Stage time per stream message the planner charges
+  // (--message_overhead_seconds); negative: measured (MessageOverhead in
+  // plan_builder.h).
+  double message_overhead_seconds = -1.0;
+  // Before a job's first plan, how long to wait for the links among its
+  // candidate workers to be measured (asked for at once); then the plan
+  // uses what is known and says so. 0: no wait (probes are still asked).
+  double probe_wait_seconds = 0.0;
   double tick_seconds = 0.1;
   // Seconds a stage waits for a neighbour before failing the step.
   double stage_recv_timeout_seconds = 60.0;
@@ -226,6 +234,12 @@ class SchedulerCore {
   // Profiles the model on the first idle worker, plans, and assigns the
   // planned workers. `claimed`: one of them was taken meanwhile (lost, or
   // re-registered); the job should wait and try again.
+  // Asks for the links among `candidates` that are missing or stale and
+  // waits up to `wait_seconds` for them (off the core's lock; action
+  // threads only). Empty when all are known, else a line for the plan's
+  // explanation saying how many are not.
+  std::string AwaitLinks(const std::vector<v1::WorkerInfo>& candidates,
+                         double wait_seconds);
   absl::StatusOr<v1::Plan> PlanAndAssign(const v1::Job& job,
                                          std::vector<v1::WorkerInfo> idle,
                                          bool* claimed);

@@ -174,6 +174,22 @@ absl::Status WorkerRegistry::Remove(const std::string& id) {
 
 void WorkerRegistry::Forget(const std::string& id) {
   workers_.erase(id);
+  for (auto& [other, w] : workers_) {
+    auto* links = w.mutable_links();
+    links->erase(std::remove_if(links->begin(), links->end(),
+                                [&](const v1::LinkMeasurement& l) {
+                                  return l.to_worker_id() == id;
+                                }),
+                 links->end());
+  }
+  for (auto it = probe_asked_ms_.begin(); it != probe_asked_ms_.end();) {
+    const bool names = it->first.first == id || it->first.second == id;
+    it = names ? probe_asked_ms_.erase(it) : std::next(it);
+  }
+  for (auto it = probe_wanted_.begin(); it != probe_wanted_.end();) {
+    const bool names = it->first == id || it->second == id;
+    it = names ? probe_wanted_.erase(it) : std::next(it);
+  }
   order_.erase(std::remove(order_.begin(), order_.end(), id), order_.end());
   if (writer_ != nullptr) writer_->RemoveWorker(id);
 }
@@ -288,6 +304,126 @@ std::vector<v1::WorkerInfo> WorkerRegistry::AssignedTo(
     if (workers_.at(id).job_id() == job_id) out.push_back(workers_.at(id));
   }
   return out;
+}
+
+// ---- Links ----
+
+bool WorkerRegistry::LinkDue(const v1::WorkerInfo& from, const std::string& to,
+                             int64_t now_ms) const {
+  const int64_t refresh_ms =
+      static_cast<int64_t>(options_.link_refresh_seconds * 1000);
+  for (const v1::LinkMeasurement& l : from.links()) {
+    if (l.to_worker_id() == to) {
+      return now_ms - l.measured_unix_ms() > refresh_ms;
+    }
+  }
+  return true;
+}
+
+void WorkerRegistry::RecordLinks(
+    const std::string& id,
+    const google::protobuf::RepeatedPtrField<v1::LinkMeasurement>& links,
+    int64_t now_ms) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  for (const v1::LinkMeasurement& measured : links) {
+    const std::string& to = measured.to_worker_id();
+    if (to == id || !workers_.count(to) ||
+        !(measured.bandwidth_bytes_per_s() > 0) ||
+        !(measured.rtt_seconds() >= 0)) {
+      continue;
+    }
+    v1::LinkMeasurement* slot = nullptr;
+    for (v1::LinkMeasurement& l : *it->second.mutable_links()) {
+      if (l.to_worker_id() == to) slot = &l;
+    }
+    if (slot == nullptr) slot = it->second.add_links();
+    *slot = measured;
+    slot->set_measured_unix_ms(now_ms);
+    slot->set_source("probe");
+    probe_asked_ms_.erase({id, to});
+    probe_wanted_.erase({id, to});
+  }
+}
+
+std::vector<v1::ProbeTarget> WorkerRegistry::ProbesFor(const std::string& id,
+                                                       int64_t now_ms) {
+  std::vector<v1::ProbeTarget> out;
+  absl::MutexLock lock(&mu_);
+  auto self = workers_.find(id);
+  if (self == workers_.end() || self->second.state() == v1::WORKER_STATE_LOST) {
+    return out;
+  }
+  const int64_t retry_ms =
+      static_cast<int64_t>(options_.probe_retry_seconds * 1000);
+  // Workers measuring a link or being measured now (asked, not reported,
+  // within the retry period): a measurement sharing an end with another
+  // would time the other's traffic too.
+  std::set<std::string> measuring;
+  for (const auto& [pair, asked_ms] : probe_asked_ms_) {
+    if (now_ms - asked_ms < retry_ms) {
+      measuring.insert(pair.first);
+      measuring.insert(pair.second);
+    }
+  }
+  if (measuring.count(id)) return out;
+  const bool self_busy = self->second.state() == v1::WORKER_STATE_ASSIGNED;
+  for (const std::string& peer_id : order_) {
+    const v1::WorkerInfo& peer = workers_.at(peer_id);
+    if (peer_id == id || peer.state() == v1::WORKER_STATE_LOST ||
+        peer.address().empty() || measuring.count(peer_id)) {
+      continue;
+    }
+    const std::pair<std::string, std::string> pair{id, peer_id};
+    const bool wanted = probe_wanted_.count(pair) > 0;
+    const bool busy = self_busy || peer.state() == v1::WORKER_STATE_ASSIGNED;
+    if (!wanted && (busy || !LinkDue(self->second, peer_id, now_ms))) continue;
+    auto asked = probe_asked_ms_.find(pair);
+    if (asked != probe_asked_ms_.end() && now_ms - asked->second < retry_ms) {
+      continue;
+    }
+    probe_asked_ms_[pair] = now_ms;
+    v1::ProbeTarget target;
+    target.set_worker_id(peer_id);
+    target.set_address(peer.address());
+    target.set_identity(peer.identity());
+    out.push_back(std::move(target));
+  }
+  return out;
+}
+
+int WorkerRegistry::WantProbes(const std::vector<std::string>& ids,
+                               int64_t now_ms) {
+  absl::MutexLock lock(&mu_);
+  int due = 0;
+  for (const std::string& from : ids) {
+    auto it = workers_.find(from);
+    if (it == workers_.end()) continue;
+    for (const std::string& to : ids) {
+      if (to == from || !LinkDue(it->second, to, now_ms)) continue;
+      ++due;
+      // Asked at once, even if asked a moment ago for another reason.
+      if (probe_wanted_.insert({from, to}).second) {
+        probe_asked_ms_.erase({from, to});
+      }
+    }
+  }
+  return due;
+}
+
+int WorkerRegistry::MissingLinks(const std::vector<std::string>& ids,
+                                 int64_t now_ms) const {
+  absl::MutexLock lock(&mu_);
+  int due = 0;
+  for (const std::string& from : ids) {
+    auto it = workers_.find(from);
+    if (it == workers_.end()) continue;
+    for (const std::string& to : ids) {
+      due += to != from && LinkDue(it->second, to, now_ms);
+    }
+  }
+  return due;
 }
 
 }  // namespace pipetrain

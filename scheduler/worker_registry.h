@@ -7,6 +7,18 @@
 // get a fresh lease to come back in. Persistence is queued on a
 // StateWriter (no I/O under the registry's lock, which heartbeats take).
 //
+// It also keeps the link matrix: each worker's measured links to the others
+// (WorkerInfo.links, one LinkMeasurement per peer, source "probe"), and
+// decides which links a worker should measure next (ProbesFor): a pair
+// never measured or measured more than link_refresh_seconds ago, while
+// neither end runs a stage (probes would disturb it), or any pair a planner
+// asked for (WantProbes) even then. A pair asked for is not asked again for
+// probe_retry_seconds (a peer that is down must not be probed every beat).
+// Measurements never share a worker: while a pair is being measured
+// (asked, not yet reported, within the retry period) neither end is asked
+// to measure or be measured by another, so one probe's traffic does not
+// slow another's.
+//
 // Thread-safe.
 #ifndef PIPETRAIN_SCHEDULER_WORKER_REGISTRY_H_
 #define PIPETRAIN_SCHEDULER_WORKER_REGISTRY_H_
@@ -14,6 +26,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +58,10 @@ struct RegistryOptions {
   // A LOST worker is forgotten this long after its last heartbeat (0:
   // kept until removed).
   double lost_expiry_seconds = 0;
+  // A link measured longer ago than this is measured again.
+  double link_refresh_seconds = 600;
+  // A probe asked for and not reported is asked for again after this.
+  double probe_retry_seconds = 10;
 };
 
 class WorkerRegistry {
@@ -105,11 +122,31 @@ class WorkerRegistry {
   // Workers assigned to `job_id`, LOST ones included.
   std::vector<v1::WorkerInfo> AssignedTo(const std::string& job_id) const;
 
+  // Links: stores what worker `id` measured (one entry per peer, the newest
+  // wins; measured_unix_ms becomes `now_ms`, the scheduler's clock that
+  // staleness is judged by). Measurements to unknown workers are dropped.
+  void RecordLinks(
+      const std::string& id,
+      const google::protobuf::RepeatedPtrField<v1::LinkMeasurement>& links,
+      int64_t now_ms);
+  // The peers worker `id` should measure now (see the class comment); marks
+  // them asked.
+  std::vector<v1::ProbeTarget> ProbesFor(const std::string& id, int64_t now_ms);
+  // Asks for every missing or stale directed link among `ids` at the next
+  // heartbeats, whatever the workers run; returns how many there are.
+  int WantProbes(const std::vector<std::string>& ids, int64_t now_ms);
+  // Directed links among `ids` that are missing or stale.
+  int MissingLinks(const std::vector<std::string>& ids, int64_t now_ms) const;
+
   const RegistryOptions& options() const { return options_; }
 
  private:
   void Persist(const v1::WorkerInfo& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether worker `from`'s link to `to` is missing or older than the
+  // refresh period.
+  bool LinkDue(const v1::WorkerInfo& from, const std::string& to,
+               int64_t now_ms) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
   StateWriter* const writer_;  // borrowed, may be null
@@ -121,6 +158,12 @@ class WorkerRegistry {
   // Id -> the secret its registration returned; only in memory, so
   // workers restored from disk have none until they register again.
   std::map<std::string, std::string> secrets_ ABSL_GUARDED_BY(mu_);
+  // Directed pairs (from, to): when last asked to measure; asked for by a
+  // planner.
+  std::map<std::pair<std::string, std::string>, int64_t> probe_asked_ms_
+      ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<std::string, std::string>> probe_wanted_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pipetrain

@@ -107,6 +107,14 @@ struct SimCosts {
   double backward = 2.0;  // full backward; B and W take half each
   double send = 0.0;      // time from a send to the matching receive
   double optimizer = 0.0;
+  // Links: a message occupies the stage's outgoing link for this long
+  // (bytes / bandwidth) before its `send` latency starts, and messages on
+  // one link queue behind each other: activations on the link to the next
+  // stage, gradients on the link to the previous one. 0: unlimited capacity.
+  double activation_transfer = 0.0;
+  double gradient_transfer = 0.0;
+  // The latency of gradient sends when it differs from `send` (< 0: send).
+  double gradient_send = -1.0;
 };
 
 struct SimResult {

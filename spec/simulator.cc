@@ -52,7 +52,9 @@ absl::Status ValidateCosts(const std::vector<SimCosts>& costs, size_t k) {
         "need one SimCosts per stage: ", k, " stages, ", costs.size()));
   }
   for (const SimCosts& c : costs) {
-    for (double x : {c.forward, c.backward, c.send, c.optimizer}) {
+    for (double x :
+         {c.forward, c.backward, c.send, c.optimizer, c.activation_transfer,
+          c.gradient_transfer, std::max(c.gradient_send, 0.0)}) {
       if (!(x >= 0.0) || !std::isfinite(x)) {
         return absl::InvalidArgumentError(
             absl::StrCat("costs must be finite and >= 0, got ", x));
@@ -71,7 +73,8 @@ class PipelineSim {
         costs_(costs),
         num_stages_(static_cast<int>(streams.size())),
         chunks_(virtual_stages),
-        stages_(streams.size()) {}
+        stages_(streams.size()),
+        link_free_(2 * streams.size(), 0.0) {}
 
   absl::Status Validate();
   absl::Status CheckSendsAreUnique();
@@ -106,6 +109,9 @@ class PipelineSim {
   std::vector<double> activations_;
   std::vector<double> gradients_;
   std::vector<StageState> stages_;
+  // When each stage's outgoing links are free again: [2 * s] activations,
+  // [2 * s + 1] gradients.
+  std::vector<double> link_free_;
 };
 
 // Message peer: activations go to the next virtual stage and come from the
@@ -233,8 +239,14 @@ bool PipelineSim::TryStep(int s) {
   st.clock = start + duration;
   st.busy += duration;
   if (IsSend(in.op)) {
-    Mailbox(IsGradientMessage(in.op), Peer(s, in), in.micro_batch) =
-        st.clock + costs_[s].send;
+    const SimCosts& c = costs_[s];
+    const bool gradient = IsGradientMessage(in.op);
+    double& free_at = link_free_[2 * s + (gradient ? 1 : 0)];
+    free_at = std::max(st.clock, free_at) +
+              (gradient ? c.gradient_transfer : c.activation_transfer);
+    const double latency =
+        gradient && c.gradient_send >= 0.0 ? c.gradient_send : c.send;
+    Mailbox(gradient, Peer(s, in), in.micro_batch) = free_at + latency;
   }
   Account(st, in.op);
   ++st.pc;

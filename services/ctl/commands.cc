@@ -75,6 +75,7 @@ absl::StatusOr<int> Jobs(const Invocation& in) {
 
 absl::StatusOr<int> Workers(const Invocation& in) {
   ASSIGN_OR_RETURN(v1::ListWorkersResponse workers, in.client->ListWorkers());
+  if (in.options->links) return Print(in, workers, FormatLinksMatrix(workers));
   return Print(in, workers, FormatWorkersTable(workers, NowUnixMs()));
 }
 
@@ -226,9 +227,10 @@ Commands:
                      or cancelled; Ctrl-C stops watching, not the job)
                      [--min_accuracy=A: exit 3 below that test accuracy]
   jobs               list jobs
-  workers            list workers
+  workers            list workers [--links: the measured link matrix]
   get JOB_ID         show a job and its stages
-  plan JOB_ID        show the partition plan and its predicted costs
+  plan JOB_ID        show the partition plan, its predicted costs and links,
+                     and the measured step beside the predicted one
   versions JOB_ID    show weight versions [--since=STEP]
   pause JOB_ID       pause a job at a step boundary
   resume JOB_ID      resume a paused job

@@ -30,6 +30,8 @@ struct CtlOptions {
   double min_accuracy = 0;
   // submit: flag overrides of the spec.
   JobOverrides overrides;
+  // workers: print the link matrix instead of the table.
+  bool links = false;
   // versions: history from this step on.
   int64_t since_step = 0;
   // evaluate: held-out samples (0: all).

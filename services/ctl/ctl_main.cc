@@ -43,6 +43,8 @@ ABSL_FLAG(std::string, wire_compression, "",
           "submit: none, int8 or int4 activations and gradients on the wire "
           "(quantized; default: as in the spec)");
 ABSL_FLAG(int64_t, since, 0, "versions: history from this step on");
+ABSL_FLAG(bool, links, false,
+          "workers: the measured link matrix (bandwidth, RTT) between them");
 ABSL_FLAG(int64_t, steps, 5, "trace: how many recent steps to export");
 ABSL_FLAG(std::string, out, "",
           "trace: write the Chrome trace JSON here; export: the model file");
@@ -112,6 +114,7 @@ std::string OptionsFromFlags(CtlOptions* options) {
   const absl::Status valid = ApplyJobOverrides(overrides, &scratch);
   if (!valid.ok()) return std::string(valid.message());
   options->since_step = absl::GetFlag(FLAGS_since);
+  options->links = absl::GetFlag(FLAGS_links);
   options->eval_samples = absl::GetFlag(FLAGS_samples);
   options->trace_steps = absl::GetFlag(FLAGS_steps);
   options->trace_out = absl::GetFlag(FLAGS_out);

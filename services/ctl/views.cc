@@ -216,6 +216,54 @@ std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
   return table.Render();
 }
 
+std::string FormatBandwidth(double bytes_per_s) {
+  const double bits = bytes_per_s * 8;
+  if (bits >= 1e9) return absl::StrFormat("%.2f Gb/s", bits / 1e9);
+  return absl::StrFormat("%.1f Mb/s", bits / 1e6);
+}
+
+std::string FormatLinksMatrix(const v1::ListWorkersResponse& workers) {
+  if (workers.workers_size() == 0) return "no workers registered\n";
+  std::vector<TextColumn> columns = {{"FROM \\ TO"}};
+  for (const v1::WorkerInfo& w : workers.workers()) columns.push_back({w.id()});
+  TextTable table(columns);
+  bool overridden = false;
+  for (const v1::WorkerInfo& from : workers.workers()) {
+    std::vector<std::string> row = {from.id()};
+    for (const v1::WorkerInfo& to : workers.workers()) {
+      if (to.id() == from.id()) {
+        row.push_back(".");
+        continue;
+      }
+      const v1::LinkMeasurement* link = nullptr;
+      for (const v1::LinkMeasurement& l : from.links()) {
+        if (l.to_worker_id() == to.id()) link = &l;
+      }
+      if (link == nullptr || !(link->bandwidth_bytes_per_s() > 0)) {
+        row.push_back("-");
+        continue;
+      }
+      const bool is_override = link->source() == "override";
+      overridden |= is_override;
+      row.push_back(absl::StrFormat(
+          "%s %s%s", FormatBandwidth(link->bandwidth_bytes_per_s()),
+          absl::StrFormat("%.2f ms", link->rtt_seconds() * 1e3),
+          is_override ? "*" : ""));
+    }
+    table.AddRow(row);
+  }
+  std::string out = table.Render();
+  absl::StrAppend(&out,
+                  "bandwidth and round-trip time from each row's worker to "
+                  "each column's; - not measured\n");
+  if (overridden) {
+    absl::StrAppend(&out,
+                    "* set by the scheduler's flags (--zone_bandwidth, "
+                    "--zone_latency), not measured\n");
+  }
+  return out;
+}
+
 std::string FormatJobDetail(const v1::Job& job, int64_t now_unix_ms) {
   std::string out;
   AppendField("job",
@@ -305,14 +353,21 @@ std::string FormatPlan(const v1::Plan& plan) {
                    {"ADDRESS"},
                    {"COMPUTE", true},
                    {"TRANSFER", true},
+                   {"LINK", true},
+                   {"RTT", true},
+                   {"WIRE/MB", true},
                    {"MEMORY", true},
                    {"LIMIT", true}});
   for (const v1::PlannedStage& s : plan.stages()) {
-    table.AddRow({absl::StrCat(s.stage()), LayersOf(s), s.worker_id(),
-                  s.worker_address(), FormatSeconds(s.compute_seconds()),
-                  FormatSeconds(s.transfer_seconds()),
-                  BytesOrDash(s.memory_bytes()),
-                  BytesOrDash(s.memory_limit_bytes())});
+    const bool link = s.link_bandwidth_bytes_per_s() > 0;
+    table.AddRow(
+        {absl::StrCat(s.stage()), LayersOf(s), s.worker_id(),
+         s.worker_address(), FormatSeconds(s.compute_seconds()),
+         FormatSeconds(s.transfer_seconds()),
+         link ? FormatBandwidth(s.link_bandwidth_bytes_per_s()) : "-",
+         link ? absl::StrFormat("%.2f ms", s.link_rtt_seconds() * 1e3) : "-",
+         BytesOrDash(s.wire_bytes_per_micro_batch()),
+         BytesOrDash(s.memory_bytes()), BytesOrDash(s.memory_limit_bytes())});
   }
   absl::StrAppend(&out, table.Render());
   std::string bottleneck =
@@ -328,6 +383,20 @@ std::string FormatPlan(const v1::Plan& plan) {
                               FormatSeconds(plan.predicted_step_seconds()),
                               100 * plan.predicted_bubble()),
               &out);
+  if (plan.measured_steps() > 0 && plan.measured_step_seconds() > 0) {
+    std::string measured = absl::StrFormat(
+        "step %s (median of the last %d steps)",
+        FormatSeconds(plan.measured_step_seconds()), plan.measured_steps());
+    if (plan.predicted_step_seconds() > 0) {
+      absl::StrAppendFormat(
+          &measured, ", prediction error %+.1f%%",
+          100 * (plan.predicted_step_seconds() / plan.measured_step_seconds() -
+                 1));
+    }
+    AppendField("measured", measured, &out);
+  } else {
+    AppendField("measured", "- (no steps yet)", &out);
+  }
   if (!plan.explanation().empty()) {
     absl::StrAppend(&out, "\n", plan.explanation());
     if (out.back() != '\n') out += '\n';

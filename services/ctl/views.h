@@ -29,6 +29,14 @@ std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
 // stages, then the last kMaxEvaluationRows evaluations when there are
 // several (periodic ones), then the last kMaxEventRows events.
 std::string FormatJobDetail(const v1::Job& job, int64_t now_unix_ms);
+
+// `workers --links`: the link matrix, one row per sending worker and one
+// column per receiving one; each cell the bandwidth (Mb/s or Gb/s) and
+// round-trip time (ms) as measured, "*" where the scheduler's flags set
+// it, "-" where nothing is known.
+std::string FormatLinksMatrix(const v1::ListWorkersResponse& workers);
+// 12.3 Mb/s, 1.25 Gb/s (bits).
+std::string FormatBandwidth(double bytes_per_s);
 inline constexpr int kMaxEvaluationRows = 10;
 inline constexpr int kMaxEventRows = 20;
 
@@ -40,8 +48,10 @@ std::string EventKindName(v1::JobEventKind kind);
 std::string FormatEventLine(const std::string& job_id,
                             const v1::JobEvent& event);
 
-// `plan`: a table of the stages, then the bottleneck, the predicted step
-// and bubble, and the planner's explanation.
+// `plan`: a table of the stages (with the link to the next stage and the
+// bytes a micro-batch sends over it), then the bottleneck, the predicted
+// step and bubble, the measured step beside it with the prediction's
+// error, and the planner's explanation.
 std::string FormatPlan(const v1::Plan& plan);
 
 // `versions`: the committed version, per-stage versions, and the last

@@ -286,6 +286,9 @@ TEST(FormatPlan, TableThenBottleneckPredictionAndExplanation) {
   s0->set_worker_address("10.0.0.5:7100");
   s0->set_compute_seconds(0.0124);
   s0->set_transfer_seconds(0.0012);
+  s0->set_link_bandwidth_bytes_per_s(1.25e8);
+  s0->set_link_rtt_seconds(0.0005);
+  s0->set_wire_bytes_per_micro_batch(64 * 1024);
   s0->set_memory_bytes(3 * kGiB / 2);
   s0->set_memory_limit_bytes(16 * kGiB);
   v1::PlannedStage* s1 = plan.add_stages();
@@ -302,19 +305,63 @@ TEST(FormatPlan, TableThenBottleneckPredictionAndExplanation) {
   plan.set_predicted_step_seconds(0.1203);
   plan.set_predicted_bubble(0.182);
   plan.set_explanation("stage 1 holds the loss; w-2 is the faster worker");
-  EXPECT_EQ(FormatPlan(plan),
-            "plan for job-3: 2 stages, planned in 12.0 ms\n"
-            "STAGE  LAYERS  WORKER  ADDRESS        COMPUTE  TRANSFER   MEMORY "
-            "  LIMIT\n"
-            "    0  0-3     w-1     10.0.0.5:7100  12.4 ms   1.20 ms  1.5 GiB "
-            " 16 GiB\n"
-            "    1  4       w-2     10.0.0.6:7100  14.2 ms   0.00 ms  512 MiB "
-            "      -\n"
-            "bottleneck: stage 1, 14.2 ms per micro-batch (even split: 18.5 "
-            "ms)\n"
-            "predicted:  step 120.3 ms, bubble 18.2%\n"
-            "\n"
-            "stage 1 holds the loss; w-2 is the faster worker\n");
+  plan.set_measured_step_seconds(0.125);
+  plan.set_measured_steps(20);
+  EXPECT_EQ(
+      FormatPlan(plan),
+      "plan for job-3: 2 stages, planned in 12.0 ms\n"
+      "STAGE  LAYERS  WORKER  ADDRESS        COMPUTE  TRANSFER       LINK "
+      "     RTT  WIRE/MB   MEMORY   LIMIT\n"
+      "    0  0-3     w-1     10.0.0.5:7100  12.4 ms   1.20 ms  1.00 Gb/s "
+      " 0.50 ms   64 KiB  1.5 GiB  16 GiB\n"
+      "    1  4       w-2     10.0.0.6:7100  14.2 ms   0.00 ms          - "
+      "       -        -  512 MiB       -\n"
+      "bottleneck: stage 1, 14.2 ms per micro-batch (even split: 18.5 "
+      "ms)\n"
+      "predicted:  step 120.3 ms, bubble 18.2%\n"
+      "measured:   step 125.0 ms (median of the last 20 steps), "
+      "prediction error -3.8%\n"
+      "\n"
+      "stage 1 holds the loss; w-2 is the faster worker\n");
+}
+
+TEST(FormatPlan, SaysWhenNoStepWasMeasuredYet) {
+  v1::Plan plan;
+  plan.set_job_id("job-4");
+  plan.set_predicted_step_seconds(0.004);
+  EXPECT_NE(FormatPlan(plan).find("measured:   - (no steps yet)\n"),
+            std::string::npos)
+      << FormatPlan(plan);
+}
+
+TEST(FormatLinksMatrix, BandwidthAndRttPerPairDashWhereUnmeasured) {
+  v1::ListWorkersResponse workers;
+  v1::WorkerInfo* a = workers.add_workers();
+  a->set_id("w-1");
+  v1::LinkMeasurement* ab = a->add_links();
+  ab->set_to_worker_id("w-2");
+  ab->set_bandwidth_bytes_per_s(1.5e9);  // 12 Gb/s
+  ab->set_rtt_seconds(0.00012);
+  ab->set_source("probe");
+  v1::WorkerInfo* b = workers.add_workers();
+  b->set_id("w-2");
+  v1::LinkMeasurement* ba = b->add_links();
+  ba->set_to_worker_id("w-1");
+  ba->set_bandwidth_bytes_per_s(12.5e6);  // 100 Mb/s
+  ba->set_rtt_seconds(0.1);
+  ba->set_source("override");
+  workers.add_workers()->set_id("w-3");
+  EXPECT_EQ(FormatLinksMatrix(workers),
+            "FROM \\ TO  w-1                    w-2                 w-3\n"
+            "w-1        .                      12.00 Gb/s 0.12 ms  -\n"
+            "w-2        100.0 Mb/s 100.00 ms*  .                   -\n"
+            "w-3        -                      -                   .\n"
+            "bandwidth and round-trip time from each row's worker to each "
+            "column's; - not measured\n"
+            "* set by the scheduler's flags (--zone_bandwidth, "
+            "--zone_latency), not measured\n");
+  EXPECT_EQ(FormatLinksMatrix(v1::ListWorkersResponse()),
+            "no workers registered\n");
 }
 
 TEST(FormatVersions, ShowsCommittedPerStageAndTheLatestHistory) {

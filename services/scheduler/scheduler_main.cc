@@ -53,10 +53,26 @@ ABSL_FLAG(double, stage_recv_timeout_seconds, 60.0,
           "Seconds a stage waits for a neighbour before failing a step");
 ABSL_FLAG(std::string, zone_bandwidth, "",
           "Link bandwidth between worker zones in bytes/s, e.g. "
-          "cloud-edge=1e8,cloud-mesh=1e9");
-ABSL_FLAG(double, intra_zone_bandwidth, 10e9, "Bandwidth within a zone");
+          "cloud-edge=1e8,cloud-mesh=1e9; overrides the workers' measured "
+          "links between those zones");
+ABSL_FLAG(std::string, zone_latency, "",
+          "Round-trip time between worker zones in seconds, e.g. "
+          "cloud-edge=0.05; overrides the measured RTT between those zones");
+ABSL_FLAG(double, intra_zone_bandwidth, 10e9,
+          "Bandwidth within a zone for worker pairs not measured yet");
 ABSL_FLAG(double, default_bandwidth, 1e9,
-          "Bandwidth between zones not in --zone_bandwidth");
+          "Bandwidth between zones not in --zone_bandwidth for worker pairs "
+          "not measured yet");
+ABSL_FLAG(double, link_refresh_seconds, 600,
+          "Idle workers measure their links again when the last measurement "
+          "is older than this");
+ABSL_FLAG(double, probe_wait_seconds, 5,
+          "Before planning a job, wait at most this long for the links among "
+          "its workers to be measured (then plan with what is known)");
+ABSL_FLAG(double, message_overhead_seconds, -1,
+          "Stage time the planner charges per stream message sent or "
+          "received, on top of the link's latency; -1: measured, a quarter "
+          "of the median round trip of the workers' link probes");
 ABSL_FLAG(std::string, port_file, "",
           "Write the bound ports here (grpc=N, http=N) once serving");
 ABSL_FLAG(std::string, auth_tokens_file, "",
@@ -69,10 +85,28 @@ ABSL_FLAG(std::string, join_token_file, "",
 namespace pipetrain {
 namespace {
 
+absl::Status ParseZoneLatency(Topology* t) {
+  const std::string spec = absl::GetFlag(FLAGS_zone_latency);
+  if (spec.empty()) return absl::OkStatus();
+  for (absl::string_view item : absl::StrSplit(spec, ',')) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, '=');
+    std::pair<std::string, std::string> zones = absl::StrSplit(kv.first, '-');
+    double rtt = -1;
+    if (zones.first.empty() || zones.second.empty() ||
+        !absl::SimpleAtod(kv.second, &rtt) || !(rtt >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--zone_latency: '", item, "' is not zoneA-zoneB=seconds (>= 0)"));
+    }
+    t->rtt[{zones.first, zones.second}] = rtt;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Topology> ParseTopology() {
   Topology t;
   t.intra_zone_bandwidth = absl::GetFlag(FLAGS_intra_zone_bandwidth);
   t.default_bandwidth = absl::GetFlag(FLAGS_default_bandwidth);
+  RETURN_IF_ERROR(ParseZoneLatency(&t));
   const std::string spec = absl::GetFlag(FLAGS_zone_bandwidth);
   if (spec.empty()) return t;
   for (absl::string_view item : absl::StrSplit(spec, ',')) {
@@ -145,6 +179,19 @@ absl::Status Run() {
   options.stage_recv_timeout_seconds =
       absl::GetFlag(FLAGS_stage_recv_timeout_seconds);
   ASSIGN_OR_RETURN(options.topology, ParseTopology());
+  options.registry.link_refresh_seconds =
+      absl::GetFlag(FLAGS_link_refresh_seconds);
+  options.probe_wait_seconds = absl::GetFlag(FLAGS_probe_wait_seconds);
+  options.message_overhead_seconds =
+      absl::GetFlag(FLAGS_message_overhead_seconds);
+  if (!(options.probe_wait_seconds >= 0) ||
+      !(options.message_overhead_seconds >= 0 ||
+        options.message_overhead_seconds == -1) ||
+      !(options.registry.link_refresh_seconds > 0)) {
+    return absl::InvalidArgumentError(
+        "--probe_wait_seconds must be >= 0, --message_overhead_seconds >= 0 "
+        "or -1 (measured), --link_refresh_seconds > 0");
+  }
 
   // Checkpoints live beside the scheduler's state (a PVC on Kubernetes).
   std::unique_ptr<CheckpointStore> checkpoints;

@@ -8,7 +8,11 @@
 namespace pipetrain {
 namespace {
 
-enum class StageCaller { kScheduler, kUpstream };
+// kClusterPeer: any caller whose certificate the cluster's CA signed (the
+// scheduler, another worker); under mutual TLS that is every caller that
+// got through the handshake, so the rule only refuses unauthenticated
+// callers of a server that enforces.
+enum class StageCaller { kScheduler, kUpstream, kClusterPeer };
 
 // Every StageService method. Add one line per new method.
 constexpr std::pair<absl::string_view, StageCaller> kStageMethods[] = {
@@ -24,6 +28,9 @@ constexpr std::pair<absl::string_view, StageCaller> kStageMethods[] = {
     {"FetchSnapshot", StageCaller::kScheduler},
     {"RestoreState", StageCaller::kScheduler},
     {"Exchange", StageCaller::kUpstream},
+    // Link probes come from the workers the scheduler asked to measure
+    // their links to this one: it names no caller in advance.
+    {"Probe", StageCaller::kClusterPeer},
 };
 
 }  // namespace
@@ -40,6 +47,13 @@ absl::Status StageAccess::Check(const PeerIdentity& peer,
         absl::StrCat("stage method ", method, " has no access rule"));
   }
   if (!enforce_) return absl::OkStatus();
+  if (*caller == StageCaller::kClusterPeer) {
+    if (peer.authenticated) return absl::OkStatus();
+    return absl::PermissionDeniedError(
+        absl::StrCat(method, " refused for ", peer.address,
+                     ": only a peer of this cluster (a certificate from its "
+                     "CA) may call it"));
+  }
   const std::string& expected = *caller == StageCaller::kScheduler
                                     ? scheduler_identity_
                                     : upstream_identity;

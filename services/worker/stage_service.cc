@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "services/rpc/grpc_util.h"
@@ -277,6 +278,28 @@ StageServiceImpl::Exchange(grpc::CallbackServerContext* context) {
         ToGrpcStatus(allowed));
   }
   return accept_exchange_(context);
+}
+
+grpc::ServerUnaryReactor* StageServiceImpl::Probe(
+    grpc::CallbackServerContext* context, const v1::ProbeRequest* request,
+    v1::ProbeResponse* response) {
+  if (auto* refused = Refuse(context, "Probe")) return refused;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const int64_t received = static_cast<int64_t>(request->payload().size());
+  if (received > kMaxProbeBytes || request->reply_bytes() < 0 ||
+      request->reply_bytes() > kMaxProbeBytes) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("Probe: payload (", received, " bytes) and reply_bytes (",
+                     request->reply_bytes(), ") must be within [0, ",
+                     kMaxProbeBytes, "]")));
+    return reactor;
+  }
+  response->set_received_bytes(received);
+  response->mutable_payload()->assign(
+      static_cast<size_t>(request->reply_bytes()), '\0');
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 }  // namespace pipetrain

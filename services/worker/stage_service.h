@@ -1,5 +1,6 @@
 // The stage worker's gRPC service: control calls (Configure, Train, Stop,
-// GetStatus, GetWeights, Profile, GetTrace, Evaluate), the checkpoint calls
+// GetStatus, GetWeights, Profile, GetTrace, Evaluate), link probes (Probe),
+// the checkpoint calls
 // (Snapshot, FetchSnapshot, RestoreState) and the Exchange stream between
 // neighbouring stages, on the callback API.
 //
@@ -25,6 +26,11 @@
 
 namespace pipetrain {
 
+// The most bytes a Probe may carry in either direction (its payload, and
+// the reply it asks for): enough to time a call of ~100 ms on a 1 Gb/s
+// link, small enough that probes cannot exhaust a worker's memory.
+inline constexpr int64_t kMaxProbeBytes = 16 << 20;
+
 // Creates the reactor of one incoming Exchange stream (its upstream end)
 // for the call `context` (its peer names the stream in logs); gRPC owns it
 // once returned. Never null.
@@ -34,21 +40,21 @@ using ExchangeAcceptor =
 
 // Every method on the callback API, Exchange as a raw (ByteBuffer) stream.
 using StageServiceBase = v1::StageService::WithCallbackMethod_Configure<
-    v1::StageService::WithCallbackMethod_Train<
-        v1::StageService::WithCallbackMethod_Stop<
-            v1::StageService::WithCallbackMethod_GetStatus<
-                v1::StageService::WithCallbackMethod_GetWeights<
-                    v1::StageService::WithCallbackMethod_Profile<
-                        v1::StageService::WithCallbackMethod_GetTrace<
-                            v1::StageService::WithCallbackMethod_Evaluate<
-                                v1::StageService::WithCallbackMethod_Snapshot<
-                                    v1::StageService::WithCallbackMethod_FetchSnapshot<
+    v1::StageService::WithCallbackMethod_Train<v1::StageService::WithCallbackMethod_Stop<
+        v1::StageService::WithCallbackMethod_GetStatus<
+            v1::StageService::WithCallbackMethod_GetWeights<
+                v1::StageService::WithCallbackMethod_Profile<
+                    v1::StageService::WithCallbackMethod_GetTrace<
+                        v1::StageService::WithCallbackMethod_Evaluate<
+                            v1::StageService::WithCallbackMethod_Snapshot<
+                                v1::StageService::WithCallbackMethod_FetchSnapshot<
+                                    v1::StageService::WithCallbackMethod_RestoreState<
                                         v1::StageService::
-                                            WithCallbackMethod_RestoreState<
+                                            WithRawCallbackMethod_Exchange<
                                                 v1::StageService::
-                                                    WithRawCallbackMethod_Exchange<
+                                                    WithCallbackMethod_Probe<
                                                         v1::StageService::
-                                                            Service>>>>>>>>>>>>;
+                                                            Service>>>>>>>>>>>>>;
 
 class StageServiceImpl final : public StageServiceBase {
  public:
@@ -103,6 +109,11 @@ class StageServiceImpl final : public StageServiceBase {
       v1::RestoreStateResponse* response) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Exchange(
       grpc::CallbackServerContext* context) override;
+  // Link probe: answered inline with the payload's size and reply_bytes
+  // zero bytes; INVALID_ARGUMENT past kMaxProbeBytes either way.
+  grpc::ServerUnaryReactor* Probe(grpc::CallbackServerContext* context,
+                                  const v1::ProbeRequest* request,
+                                  v1::ProbeResponse* response) override;
 
  private:
   // Finishes `reactor` with `result`'s status, moving its value into

@@ -1,6 +1,8 @@
 #include "services/worker/worker_agent.h"
 
 #include <chrono>
+#include <utility>
+#include <vector>
 
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -68,10 +70,18 @@ absl::Status WorkerAgent::Beat() {
     }
     *request.mutable_report() = *report;
   }
+  std::vector<v1::LinkMeasurement> links = prober_.Take();
+  for (const v1::LinkMeasurement& l : links) *request.add_links() = l;
   v1::HeartbeatResponse response;
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(5));
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->Heartbeat(&ctx, request, &response)));
+  const absl::Status sent =
+      FromGrpcStatus(stub_->Heartbeat(&ctx, request, &response));
+  if (!sent.ok()) {
+    prober_.Return(std::move(links));
+    return sent;
+  }
+  prober_.Enqueue({response.probe().begin(), response.probe().end()});
   if (report.has_value()) {
     if (is_new(*report)) {
       reported_job_ = report->job_id();

@@ -4,6 +4,9 @@
 // versions, step results since the last acknowledged heartbeat). It
 // re-registers when the scheduler has forgotten the worker (e.g. restarted
 // without its data) and keeps retrying while the scheduler is away.
+// Links the scheduler asks it to measure (HeartbeatResponse.probe) are
+// measured by its LinkProber on a thread of their own and reported in a
+// later heartbeat (HeartbeatRequest.links), so probes never delay one.
 //
 // Thread-safe; owns one thread.
 #ifndef PIPETRAIN_SERVICES_WORKER_WORKER_AGENT_H_
@@ -16,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "pipetrain/v1/scheduler.grpc.pb.h"
+#include "services/worker/link_prober.h"
 #include "worker/pipeline/stage_host.h"
 
 namespace pipetrain {
@@ -37,6 +41,7 @@ class WorkerAgent {
   const StageHost* const host_;  // borrowed
   const std::string join_token_;
   std::unique_ptr<v1::SchedulerService::Stub> stub_;
+  LinkProber prober_;
   // Used only by the agent's thread.
   v1::WorkerInfo info_;
   double interval_s_ = 0.5;

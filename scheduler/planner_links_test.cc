@@ -1,0 +1,238 @@
+// The cost model's links: per worker pair (measured, then the zone
+// overrides and defaults), bytes as encoded on the wire (int8 vs f32),
+// latency per message in the simulated step, the per-message overhead, and
+// cuts placed where activations are small when a link is slow. Every test
+// is a pure function of its request.
+#include <string>
+#include <vector>
+
+#include "common/proto_json.h"
+#include "gtest/gtest.h"
+#include "scheduler/plan_builder.h"
+#include "scheduler/planner.h"
+#include "scheduler/planner_test_util.h"
+#include "spec/wire_size.h"
+
+namespace pipetrain {
+namespace {
+
+using planner_testing::Layer;
+using planner_testing::Stage;
+using planner_testing::Worker;
+
+TEST(LinkBetweenTest, MeasuredThenReverseThenOverridesThenDefaults) {
+  PlanRequest request;
+  request.workers = {Worker("w0", 1, 0, "a"), Worker("w1", 1, 0, "a"),
+                     Worker("w2", 1, 0, "b")};
+  request.topology.intra_zone_bandwidth = 5e9;
+  request.topology.default_bandwidth = 1e9;
+  request.links[{"w0", "w1"}] = {2e8, 0.002, "probe"};
+  const auto& w = request.workers;
+  LinkEstimate l = LinkBetween(request, w[0], w[1]);
+  EXPECT_EQ(l.bandwidth_bytes_per_s, 2e8);
+  EXPECT_EQ(l.rtt_seconds, 0.002);
+  EXPECT_EQ(l.source, "probe");
+  // The other direction was not measured: the reverse stands in.
+  EXPECT_EQ(LinkBetween(request, w[1], w[0]).bandwidth_bytes_per_s, 2e8);
+  // Nothing measured: the zone default, no latency.
+  l = LinkBetween(request, w[0], w[2]);
+  EXPECT_EQ(l.bandwidth_bytes_per_s, 1e9);
+  EXPECT_EQ(l.rtt_seconds, 0.0);
+  EXPECT_EQ(l.source, "default");
+  // An override of the zone pair wins over the measurement.
+  request.topology.bandwidth[{"a", "a"}] = 7e9;
+  request.topology.rtt[{"a", "a"}] = 0.01;
+  l = LinkBetween(request, w[0], w[1]);
+  EXPECT_EQ(l.bandwidth_bytes_per_s, 7e9);
+  EXPECT_EQ(l.rtt_seconds, 0.01);
+  EXPECT_EQ(l.source, "override");
+}
+
+TEST(LinkCostTest, EachPairUsesItsOwnMeasuredLink) {
+  // Three alike workers in one zone; w0 -> w1 is slow, w0 -> w2 fast. The
+  // planner puts stage 1 on w2.
+  PlanRequest request;
+  request.layers = {Layer(0.01, 0.02, 10'000'000, 0),
+                    Layer(0.01, 0.02, 1000, 0)};
+  request.workers = {Worker("w0", 1, 0, "z"), Worker("w1", 1, 0, "z"),
+                     Worker("w2", 1, 0, "z")};
+  request.links[{"w0", "w1"}] = {1e6, 0.001, "probe"};
+  request.links[{"w0", "w2"}] = {1e10, 0.001, "probe"};
+  request.links[{"w1", "w2"}] = {1e6, 0.001, "probe"};
+  request.num_stages = 2;
+  request.micro_batches = 4;
+  absl::StatusOr<PipelinePlan> plan = PlanPipeline(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages.size(), 2u);
+  EXPECT_EQ(plan->stages[0].worker, 0) << plan->explanation;
+  EXPECT_EQ(plan->stages[1].worker, 2) << plan->explanation;
+  EXPECT_DOUBLE_EQ(plan->stages[0].transfer_seconds, 10'000'000 / 1e10);
+  EXPECT_DOUBLE_EQ(plan->stages[0].latency_seconds, 0.0005);
+}
+
+// A two-layer MLP whose cut activation is [16, 512]: micro-batches of 16.
+v1::JobSpec MlpSpec() {
+  v1::JobSpec spec;
+  const absl::Status parsed = ParseJson(R"({
+    "training": {
+      "model": {
+        "inputKind": "INPUT_KIND_FLOAT", "inputShape": [64],
+        "loss": "LOSS_KIND_SOFTMAX_CROSS_ENTROPY",
+        "layers": [
+          {"linear": {"inFeatures": 64, "outFeatures": 512}},
+          {"linear": {"inFeatures": 512, "outFeatures": 10}}
+        ]},
+      "batchSize": 64, "microBatches": 4}})",
+                                        &spec);
+  EXPECT_TRUE(parsed.ok()) << parsed;
+  return spec;
+}
+
+TEST(WireBytesTest, Int8ShrinksTheTransferByTheWireFormatsFactor) {
+  v1::JobSpec f32 = MlpSpec();
+  v1::JobSpec int8 = f32;
+  int8.mutable_wire_compression()->set_activations(v1::WIRE_QUANTIZATION_INT8);
+  int8.mutable_wire_compression()->set_gradients(v1::WIRE_QUANTIZATION_INT8);
+  const std::vector<LayerWireBytes> plain = WireBytesPerLayer(f32);
+  const std::vector<LayerWireBytes> packed = WireBytesPerLayer(int8);
+  ASSERT_EQ(plain.size(), 2u);
+  ASSERT_EQ(packed.size(), 2u);
+  // f32: 16 rows of 512 floats. int8: per row 512 codes plus 4 groups of
+  // 128 with 8 bytes of scale and offset each.
+  EXPECT_EQ(plain[0].activation, 16 * 512 * 4);
+  EXPECT_EQ(packed[0].activation, 16 * (512 + 4 * kWireGroupHeaderBytes));
+  EXPECT_EQ(packed[0].gradient, packed[0].activation);
+
+  // The cost model charges the link with exactly those bytes.
+  auto transfer = [](const LayerWireBytes& bytes) {
+    PlanRequest request;
+    LayerCost first = Layer(0.001, 0.002, 16 * 512 * 4, 0);
+    first.activation_wire_bytes = bytes.activation;
+    first.gradient_wire_bytes = bytes.gradient;
+    request.layers = {first, Layer(0.001, 0.002, 640, 0)};
+    request.workers = {Worker("w0", 1, 0, "a"), Worker("w1", 1, 0, "b")};
+    request.topology.default_bandwidth = 1e7;
+    absl::StatusOr<PipelinePlan> plan =
+        EvaluatePlacement(request, {Stage(0, 1, 0), Stage(1, 2, 1)});
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan->stages[0].transfer_seconds;
+  };
+  const double factor = static_cast<double>(packed[0].activation) /
+                        static_cast<double>(plain[0].activation);
+  EXPECT_NEAR(factor, (512 + 32) / 2048.0, 1e-15);
+  EXPECT_NEAR(transfer(packed[0]), factor * transfer(plain[0]), 1e-15);
+}
+
+PlanInputs TwoWorkerInputs(double rtt) {
+  PlanInputs in;
+  in.job_id = "job-1";
+  in.spec = MlpSpec();
+  in.spec.set_num_stages(2);
+  in.message_overhead_seconds = 0;  // latency alone
+  for (int l = 0; l < 2; ++l) {
+    v1::LayerProfile* layer = in.profile.add_layers();
+    layer->set_forward_seconds(0.001);
+    layer->set_backward_seconds(0.002);
+    layer->set_activation_bytes(l == 0 ? 16 * 512 * 4 : 640);
+  }
+  for (int w = 0; w < 2; ++w) {
+    v1::WorkerInfo info;
+    info.set_id("w-" + std::to_string(w));
+    info.set_gemm_gflops(10);
+    v1::LinkMeasurement* link = info.add_links();
+    link->set_to_worker_id("w-" + std::to_string(1 - w));
+    link->set_bandwidth_bytes_per_s(1e12);
+    link->set_rtt_seconds(rtt);
+    link->set_source("probe");
+    in.workers.push_back(info);
+  }
+  return in;
+}
+
+TEST(SimulatedStepTest, FillAndDrainPayEachLinksLatencyOncePerWay) {
+  absl::StatusOr<v1::Plan> fast = BuildPlan(TwoWorkerInputs(0.0));
+  absl::StatusOr<v1::Plan> slow = BuildPlan(TwoWorkerInputs(0.010));
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_EQ(slow->stages(0).link_rtt_seconds(), 0.010);
+  EXPECT_EQ(slow->stages(0).wire_bytes_per_micro_batch(), 2 * 16 * 512 * 4);
+  // GPipe, K = 2: the first activation waits RTT / 2 on the way down and
+  // the last gradient RTT / 2 on the way up; the rest overlaps compute.
+  EXPECT_NEAR(slow->predicted_step_seconds() - fast->predicted_step_seconds(),
+              0.010, 1e-9);
+  // 1F1B-flush: each micro-batch's gradient needs the round trip, which the
+  // steady state cannot hide behind one micro-batch of work.
+  PlanInputs one_f_one_b = TwoWorkerInputs(0.010);
+  one_f_one_b.spec.set_schedule(v1::SCHEDULE_1F1B_FLUSH);
+  absl::StatusOr<v1::Plan> flush = BuildPlan(one_f_one_b);
+  ASSERT_TRUE(flush.ok()) << flush.status();
+  EXPECT_GT(flush->predicted_step_seconds(),
+            slow->predicted_step_seconds() - 1e-9);
+}
+
+TEST(SimulatedStepTest, MessageOverheadIsStageTimePerMessage) {
+  PlanInputs plain = TwoWorkerInputs(0.0);
+  PlanInputs overhead = plain;
+  overhead.message_overhead_seconds = 0.0005;
+  absl::StatusOr<v1::Plan> a = BuildPlan(plain);
+  absl::StatusOr<v1::Plan> b = BuildPlan(overhead);
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Each stage has one neighbour: it sends and receives one message per
+  // micro-batch each way.
+  EXPECT_NEAR(b->stages(0).compute_seconds() - a->stages(0).compute_seconds(),
+              2 * 0.0005, 1e-12);
+  EXPECT_GT(b->predicted_step_seconds(), a->predicted_step_seconds());
+}
+
+TEST(SimulatedStepTest, MeasuredOverheadIsAQuarterOfTheMedianProbeRtt) {
+  std::vector<v1::WorkerInfo> workers(2);
+  for (double rtt : {0.0004, 0.0002, 0.0010}) {
+    v1::LinkMeasurement* l = workers[0].add_links();
+    l->set_rtt_seconds(rtt);
+    l->set_source("probe");
+  }
+  v1::LinkMeasurement* fixed = workers[1].add_links();
+  fixed->set_rtt_seconds(0.5);
+  fixed->set_source("override");  // not a measurement of the stack
+  EXPECT_DOUBLE_EQ(MessageOverhead(-1, workers), 0.0004 / 4);
+  EXPECT_EQ(MessageOverhead(0.002, workers), 0.002);
+  EXPECT_EQ(MessageOverhead(-1, {}), 0.0);
+  // A plan with probed links charges it unless the flag fixes it.
+  PlanInputs measured = TwoWorkerInputs(0.004);
+  measured.message_overhead_seconds = -1;
+  absl::StatusOr<v1::Plan> plan = BuildPlan(measured);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NEAR(plan->stages(0).compute_seconds(), 0.003 + 2 * 0.001, 1e-12);
+  EXPECT_NE(plan->explanation().find("message overhead 1.000 ms"),
+            std::string::npos)
+      << plan->explanation();
+}
+
+// Four layers of equal compute; the activation after layer 0 is small, the
+// one after layer 1 (the balanced cut) is 64 MB.
+PlanRequest CutRequest(double bandwidth) {
+  PlanRequest request;
+  request.layers = {
+      Layer(0.001, 0.002, 4096, 0), Layer(0.001, 0.002, 64'000'000, 0),
+      Layer(0.001, 0.002, 64'000'000, 0), Layer(0.001, 0.002, 4096, 0)};
+  request.workers = {Worker("w0", 1, 0, "z"), Worker("w1", 1, 0, "z")};
+  request.links[{"w0", "w1"}] = {bandwidth, 0.0001, "probe"};
+  request.links[{"w1", "w0"}] = {bandwidth, 0.0001, "probe"};
+  request.num_stages = 2;
+  request.micro_batches = 8;
+  return request;
+}
+
+TEST(CutPlacementTest, SlowLinksCutWhereTheActivationIsSmall) {
+  // 100 Mb/s: 64 MB take 5 s, far above any stage's compute.
+  absl::StatusOr<PipelinePlan> slow = PlanPipeline(CutRequest(12.5e6));
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_EQ(slow->stages[0].layer_end, 1) << slow->explanation;
+  // 100 GB/s: 0.64 ms, hidden behind 6 ms of compute: balance compute.
+  absl::StatusOr<PipelinePlan> fast = PlanPipeline(CutRequest(100e9));
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  EXPECT_EQ(fast->stages[0].layer_end, 2) << fast->explanation;
+}
+
+}  // namespace
+}  // namespace pipetrain

@@ -1,0 +1,184 @@
+#include "services/worker/link_prober.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "services/rpc/grpc_util.h"
+
+namespace pipetrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double Median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  const size_t n = xs.size();
+  return n % 2 == 1 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
+}
+
+// One Probe call carrying `payload` bytes; its wall time in seconds.
+absl::StatusOr<double> TimedProbe(v1::StageService::StubInterface& stub,
+                                  const v1::ProbeTarget& target,
+                                  const std::string& payload,
+                                  double deadline_seconds) {
+  v1::ProbeRequest request;
+  request.set_payload(payload);
+  v1::ProbeResponse response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(deadline_seconds));
+  const auto start = Clock::now();
+  const grpc::Status status = stub.Probe(&ctx, request, &response);
+  const double seconds = Since(start);
+  if (!status.ok()) {
+    const absl::Status error = FromGrpcStatus(status);
+    return absl::Status(
+        error.code(),
+        absl::StrCat("probing worker ", target.worker_id(), " at ",
+                     target.address(), ": ", error.message()));
+  }
+  if (response.received_bytes() != static_cast<int64_t>(payload.size())) {
+    return absl::DataLossError(absl::StrCat(
+        "probing worker ", target.worker_id(), ": it received ",
+        response.received_bytes(), " of ", payload.size(), " bytes"));
+  }
+  return seconds;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::LinkMeasurement> MeasureLinkWith(
+    v1::StageService::StubInterface& stub, const v1::ProbeTarget& target,
+    const LinkProbeOptions& options) {
+  const double deadline = options.call_deadline_seconds;
+  // Warm-up: connects (and does the TLS handshake) outside the figures.
+  RETURN_IF_ERROR(TimedProbe(stub, target, "", deadline).status());
+  std::vector<double> rtts;
+  for (int i = 0; i < std::max(1, options.rtt_calls); ++i) {
+    ASSIGN_OR_RETURN(const double t, TimedProbe(stub, target, "", deadline));
+    rtts.push_back(t);
+  }
+  const double rtt = Median(rtts);
+
+  const auto start = Clock::now();
+  int64_t size = std::max<int64_t>(1, options.first_payload_bytes);
+  int64_t total = 0;
+  std::vector<double> at_final;  // bandwidths at the final size
+  int extra = 0;
+  while (true) {
+    const std::string payload(static_cast<size_t>(size), '\0');
+    // A big payload on a slow link takes longer than an empty call.
+    const double limit = deadline + size / 1e6;  // >= 1 MB/s
+    ASSIGN_OR_RETURN(const double t, TimedProbe(stub, target, payload, limit));
+    total += size;
+    // A call faster than its RTT (jitter) still moved the bytes: floor the
+    // transfer at a tenth of the call.
+    const double transfer = std::max(t - rtt, 0.1 * t);
+    const bool settled = transfer >= options.target_transfer_seconds ||
+                         size >= options.max_payload_bytes;
+    const bool out_of_budget = total + size > options.max_total_bytes ||
+                               Since(start) >= options.max_seconds;
+    if (settled) {
+      at_final.push_back(static_cast<double>(size) / transfer);
+      if (extra++ >= options.bandwidth_calls || out_of_budget) break;
+      continue;
+    }
+    if (out_of_budget) {
+      at_final.push_back(static_cast<double>(size) / transfer);
+      break;
+    }
+    size = std::min(size * 2, options.max_payload_bytes);
+  }
+  v1::LinkMeasurement out;
+  out.set_to_worker_id(target.worker_id());
+  out.set_rtt_seconds(rtt);
+  out.set_bandwidth_bytes_per_s(Median(at_final));
+  out.set_measured_unix_ms(absl::ToUnixMillis(absl::Now()));
+  out.set_source("probe");
+  return out;
+}
+
+absl::StatusOr<v1::LinkMeasurement> MeasureLink(
+    const v1::ProbeTarget& target, const LinkProbeOptions& options) {
+  if (target.address().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("probe target ", target.worker_id(), " has no address"));
+  }
+  auto stub =
+      v1::StageService::NewStub(CreatePipetrainChannel(target.address()));
+  return MeasureLinkWith(*stub, target, options);
+}
+
+LinkProber::LinkProber(LinkProbeOptions options)
+    : options_(std::move(options)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+LinkProber::~LinkProber() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void LinkProber::Enqueue(const std::vector<v1::ProbeTarget>& targets) {
+  absl::MutexLock lock(&mu_);
+  for (const v1::ProbeTarget& t : targets) {
+    const bool queued =
+        t.worker_id() == running_ ||
+        std::any_of(queue_.begin(), queue_.end(), [&](const auto& q) {
+          return q.worker_id() == t.worker_id();
+        });
+    if (!queued) queue_.push_back(t);
+  }
+}
+
+std::vector<v1::LinkMeasurement> LinkProber::Take() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(done_, {});
+}
+
+void LinkProber::Return(std::vector<v1::LinkMeasurement> links) {
+  absl::MutexLock lock(&mu_);
+  for (v1::LinkMeasurement& l : links) done_.push_back(std::move(l));
+}
+
+void LinkProber::Loop() {
+  while (true) {
+    v1::ProbeTarget target;
+    {
+      absl::MutexLock lock(&mu_);
+      running_.clear();
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !queue_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stop_) return;
+      target = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = target.worker_id();
+    }
+    absl::StatusOr<v1::LinkMeasurement> measured =
+        MeasureLink(target, options_);
+    absl::MutexLock lock(&mu_);
+    if (measured.ok()) {
+      PT_LOG(INFO) << "link to " << target.worker_id() << ": "
+                   << measured->bandwidth_bytes_per_s() * 8e-6 << " Mb/s, RTT "
+                   << measured->rtt_seconds() * 1e3 << " ms";
+      done_.push_back(*std::move(measured));
+    } else {
+      PT_LOG(WARNING) << measured.status();
+    }
+  }
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,129 @@
+// Link probes against a real StageService on loopback TCP: the figures are
+// plausible, oversized probes are refused, a peer that is down is an error
+// within the call deadline, and the background prober delivers each
+// target's measurement once.
+#include "services/worker/link_prober.h"
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "services/rpc/grpc_server.h"
+#include "services/rpc/grpc_util.h"
+#include "services/worker/stage_service.h"
+#include "services/worker/stage_streams.h"
+#include "worker/compute/cpu/cpu_backend.h"
+
+namespace pipetrain {
+namespace {
+
+class LinkProberTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    host_ = std::make_unique<StageHost>(CreateCpuBackend(1), nullptr);
+    service_ = std::make_unique<StageServiceImpl>(
+        host_.get(), [this](grpc::CallbackServerContext* context) {
+          return new UpstreamStream(host_.get(), size_t{1} << 20,
+                                    context->peer());
+        });
+    int port = 0;
+    auto server = StartGrpcServer("127.0.0.1:0", service_.get(), &port);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    target_.set_worker_id("w-peer");
+    target_.set_address(absl::StrCat("127.0.0.1:", port));
+  }
+  void TearDown() override {
+    host_->Shutdown();
+    server_->Shutdown();
+  }
+
+  std::unique_ptr<StageHost> host_;
+  std::unique_ptr<StageServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  v1::ProbeTarget target_;
+};
+
+TEST_F(LinkProberTest, MeasuresRttAndBandwidthOnLoopback) {
+  LinkProbeOptions options;
+  options.max_payload_bytes = 4 << 20;  // keep the test short
+  absl::StatusOr<v1::LinkMeasurement> link = MeasureLink(target_, options);
+  ASSERT_TRUE(link.ok()) << link.status();
+  EXPECT_EQ(link->to_worker_id(), "w-peer");
+  EXPECT_EQ(link->source(), "probe");
+  EXPECT_GT(link->rtt_seconds(), 0.0);
+  EXPECT_LT(link->rtt_seconds(), 1.0);
+  // Loopback moves far more than 10 MB/s and less than 1 TB/s.
+  EXPECT_GT(link->bandwidth_bytes_per_s(), 1e7);
+  EXPECT_LT(link->bandwidth_bytes_per_s(), 1e12);
+  EXPECT_GT(link->measured_unix_ms(), 0);
+}
+
+TEST_F(LinkProberTest, RefusesProbesPastTheCap) {
+  auto stub =
+      v1::StageService::NewStub(CreatePipetrainChannel(target_.address()));
+  for (const auto& [payload, reply] :
+       {std::pair<int64_t, int64_t>{kMaxProbeBytes + 1, 0},
+        {0, kMaxProbeBytes + 1},
+        {0, -1}}) {
+    v1::ProbeRequest request;
+    request.set_payload(std::string(static_cast<size_t>(payload), '\0'));
+    request.set_reply_bytes(reply);
+    v1::ProbeResponse response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(10));
+    const grpc::Status status = stub->Probe(&ctx, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << payload << " " << reply;
+    EXPECT_NE(status.error_message().find("Probe: payload"), std::string::npos);
+  }
+  v1::ProbeRequest request;
+  request.set_payload("abc");
+  request.set_reply_bytes(5);
+  v1::ProbeResponse response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(10));
+  ASSERT_TRUE(stub->Probe(&ctx, request, &response).ok());
+  EXPECT_EQ(response.received_bytes(), 3);
+  EXPECT_EQ(response.payload(), std::string(5, '\0'));
+}
+
+TEST_F(LinkProberTest, PeerThatIsDownIsAnErrorWithinTheDeadline) {
+  const std::string address = target_.address();
+  server_->Shutdown();
+  v1::ProbeTarget gone = target_;
+  gone.set_address(address);
+  LinkProbeOptions options;
+  options.call_deadline_seconds = 0.5;
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<v1::LinkMeasurement> link = MeasureLink(gone, options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  ASSERT_FALSE(link.ok());
+  EXPECT_NE(link.status().message().find("w-peer"), std::string::npos)
+      << link.status();
+  EXPECT_LT(seconds, 5.0);
+}
+
+TEST_F(LinkProberTest, BackgroundProberDeliversEachTargetOnce) {
+  LinkProbeOptions options;
+  options.max_payload_bytes = 1 << 20;
+  LinkProber prober(options);
+  prober.Enqueue({target_, target_});
+  std::vector<v1::LinkMeasurement> links;
+  for (int i = 0; i < 200 && links.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    links = prober.Take();
+  }
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_EQ(links[0].to_worker_id(), "w-peer");
+  // The duplicate was not queued: nothing more arrives.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(prober.Take().empty());
+}
+
+}  // namespace
+}  // namespace pipetrain
