@@ -393,37 +393,36 @@ std::vector<v1::ProbeTarget> WorkerRegistry::ProbesFor(const std::string& id,
   return out;
 }
 
-int WorkerRegistry::WantProbes(const std::vector<std::string>& ids,
-                               int64_t now_ms) {
-  absl::MutexLock lock(&mu_);
-  int due = 0;
+std::vector<std::pair<std::string, std::string>> WorkerRegistry::DueLinks(
+    const std::vector<std::string>& ids, int64_t now_ms) const {
+  std::vector<std::pair<std::string, std::string>> due;
   for (const std::string& from : ids) {
     auto it = workers_.find(from);
     if (it == workers_.end()) continue;
     for (const std::string& to : ids) {
-      if (to == from || !LinkDue(it->second, to, now_ms)) continue;
-      ++due;
-      // Asked at once, even if asked a moment ago for another reason.
-      if (probe_wanted_.insert({from, to}).second) {
-        probe_asked_ms_.erase({from, to});
+      if (to != from && LinkDue(it->second, to, now_ms)) {
+        due.emplace_back(from, to);
       }
     }
   }
   return due;
 }
 
+int WorkerRegistry::WantProbes(const std::vector<std::string>& ids,
+                               int64_t now_ms) {
+  absl::MutexLock lock(&mu_);
+  const auto due = DueLinks(ids, now_ms);
+  for (const auto& link : due) {
+    // Asked at once, even if asked a moment ago for another reason.
+    if (probe_wanted_.insert(link).second) probe_asked_ms_.erase(link);
+  }
+  return static_cast<int>(due.size());
+}
+
 int WorkerRegistry::MissingLinks(const std::vector<std::string>& ids,
                                  int64_t now_ms) const {
   absl::MutexLock lock(&mu_);
-  int due = 0;
-  for (const std::string& from : ids) {
-    auto it = workers_.find(from);
-    if (it == workers_.end()) continue;
-    for (const std::string& to : ids) {
-      due += to != from && LinkDue(it->second, to, now_ms);
-    }
-  }
-  return due;
+  return static_cast<int>(DueLinks(ids, now_ms).size());
 }
 
 }  // namespace pipetrain

@@ -147,6 +147,10 @@ class WorkerRegistry {
   // refresh period.
   bool LinkDue(const v1::WorkerInfo& from, const std::string& to,
                int64_t now_ms) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The directed links (from, to) among registered `ids` that are due.
+  std::vector<std::pair<std::string, std::string>> DueLinks(
+      const std::vector<std::string>& ids, int64_t now_ms) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
   StateWriter* const writer_;  // borrowed, may be null
