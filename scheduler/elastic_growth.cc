@@ -21,6 +21,7 @@ v1::ProfileResponse Rescaled(v1::ProfileResponse profile,
   for (v1::LayerProfile& l : *profile.mutable_layers()) {
     l.set_forward_seconds(l.forward_seconds() * factor);
     l.set_backward_seconds(l.backward_seconds() * factor);
+    l.set_optimizer_seconds(l.optimizer_seconds() * factor);
   }
   return profile;
 }

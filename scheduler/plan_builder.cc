@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "spec/job_spec.h"
 #include "spec/model_spec.h"
 #include "spec/schedule.h"
 #include "spec/vocabulary.h"
@@ -89,6 +91,7 @@ PlanRequest BuildRequest(const PlanInputs& in) {
     LayerCost c;
     c.forward_seconds = l.forward_seconds();
     c.backward_seconds = l.backward_seconds();
+    c.optimizer_seconds = l.optimizer_seconds();
     c.activation_bytes = l.activation_bytes();
     c.parameter_bytes = l.parameter_bytes();
     const size_t i = request.layers.size();
@@ -314,12 +317,51 @@ std::string BandwidthText(double bytes_per_s) {
                      : absl::StrFormat("%.1f Mb/s", bits / 1e6);
 }
 
+// The slowest worker's optimizer updates in one step: a stage updates its
+// parameters as often as its instruction stream says (once a step, or once
+// per micro-batch under asynchronous 1F1B), each update on its critical
+// path; a worker with several chunks (interleaved) updates them all. For
+// the schedules the step is not simulated for.
+double OptimizerSecondsPerStep(const v1::JobSpec& spec,
+                               const PlanRequest& request,
+                               const std::vector<StageAssignment>& stages,
+                               int chunks_per_worker) {
+  std::map<int, double> per_worker;
+  for (const StageAssignment& stage : stages) {
+    double seconds = 0;
+    for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
+      seconds += request.layers[l].optimizer_seconds;
+    }
+    per_worker[stage.worker] += seconds / request.workers[stage.worker].speed;
+  }
+  int64_t updates = 1;
+  const int workers = static_cast<int>(per_worker.size());
+  const absl::StatusOr<ScheduleParams> params =
+      JobScheduleParams(spec, workers);
+  if (chunks_per_worker == 1 && params.ok()) {
+    const absl::StatusOr<std::vector<Instruction>> stream =
+        BuildSchedule(*params, 0);
+    if (stream.ok()) {
+      updates = std::count_if(stream->begin(), stream->end(),
+                              [](const Instruction& in) {
+                                return in.op == OpKind::kOptimizerStep;
+                              });
+    }
+  }
+  double worst = 0;
+  for (const auto& [worker, seconds] : per_worker) {
+    worst = std::max(worst, seconds);
+  }
+  return static_cast<double>(updates) * worst;
+}
+
 // The step time of the placement simulated under the job's schedule, or -1
 // for the schedules not simulated here (cross-step and interleaved ones).
 // Stage s: forward and backward compute on its worker plus the overhead
-// of the messages each pass receives and sends; its activation link to
-// s + 1 and gradient link to s - 1 carry one message per micro-batch each,
-// occupying the link bytes / bandwidth and arriving a latency later.
+// of the messages each pass receives and sends, and its optimizer update; its
+// activation link to s + 1 and gradient link to s - 1 carry one message per
+// micro-batch each, occupying the link bytes / bandwidth and arriving a latency
+// later.
 double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
                      const std::vector<StageAssignment>& stages) {
   absl::StatusOr<ScheduleKind> kind = ScheduleKindFromProto(spec.schedule());
@@ -349,9 +391,11 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
     SimCosts& c = costs[s];
     c.forward = 0;
     c.backward = 0;
+    c.optimizer = 0;
     for (int l = a.layer_begin; l < a.layer_end; ++l) {
       c.forward += request.layers[l].forward_seconds / speed;
       c.backward += request.layers[l].backward_seconds / speed;
+      c.optimizer += request.layers[l].optimizer_seconds / speed;
     }
     const int neighbours = (s > 0) + (s + 1 < k);
     c.forward += o * neighbours;
@@ -532,11 +576,14 @@ absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
   out.set_predicted_bubble(bubble);
   out.set_predicted_step_seconds(request.micro_batches *
                                  out.bottleneck_seconds() / (1.0 - bubble));
-  if (v == 1) {
-    const double simulated = SimulatedStep(in.spec, request, planned.stages);
-    if (simulated > 0) {
-      out.set_predicted_step_seconds(simulated);
-    }
+  const double simulated =
+      v == 1 ? SimulatedStep(in.spec, request, planned.stages) : -1;
+  if (simulated > 0) {
+    out.set_predicted_step_seconds(simulated);
+  } else {
+    out.set_predicted_step_seconds(
+        out.predicted_step_seconds() +
+        OptimizerSecondsPerStep(in.spec, request, planned.stages, v));
   }
   std::string links;
   for (const v1::PlannedStage& p : out.stages()) {

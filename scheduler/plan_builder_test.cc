@@ -70,6 +70,43 @@ TEST(BuildPlanTest, ContiguousStagesWithThePredictedStep) {
   EXPECT_THAT(plan->explanation(), HasSubstr("profiled on w-0 (test)"));
 }
 
+// The optimizer's update (once a step) follows each stage's last backward
+// pass. Under GPipe the first stage runs the step's last backward, so the
+// step grows by exactly its update (two layers of 0.5 ms); the other
+// stages' updates end earlier (their last backward ends a whole stage
+// backward, 4 ms, before the first stage's).
+TEST(BuildPlanTest, TheOptimizerUpdateEndsTheStep) {
+  PlanInputs in = Inputs(6, 3, 3, 0);
+  auto without = BuildPlan(in);
+  ASSERT_TRUE(without.ok()) << without.status();
+  for (v1::LayerProfile& l : *in.profile.mutable_layers()) {
+    l.set_optimizer_seconds(0.0005);
+  }
+  auto with = BuildPlan(in);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_NEAR(
+      with->predicted_step_seconds() - without->predicted_step_seconds(), 0.001,
+      1e-12);
+}
+
+// Asynchronous 1F1B updates after every micro-batch: M = 4 updates of the
+// slowest stage's layers (here 1 ms of a 2-layer stage) join the step
+// predicted from the bubble.
+TEST(BuildPlanTest, AsyncOneFOneBPaysAnUpdatePerMicroBatch) {
+  PlanInputs in = Inputs(6, 3, 3, 0);
+  in.spec.set_schedule(v1::SCHEDULE_ASYNC_1F1B);
+  auto without = BuildPlan(in);
+  ASSERT_TRUE(without.ok()) << without.status();
+  for (v1::LayerProfile& l : *in.profile.mutable_layers()) {
+    l.set_optimizer_seconds(0.0005);
+  }
+  auto with = BuildPlan(in);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_NEAR(
+      with->predicted_step_seconds() - without->predicted_step_seconds(),
+      4 * 0.001, 1e-12);
+}
+
 TEST(BuildPlanTest, InterleavedWorkersHoldChunksSAndKPlusS) {
   PlanInputs in = Inputs(8, 2, 2, 1 << 20);
   in.spec.set_schedule(v1::SCHEDULE_INTERLEAVED);

@@ -40,8 +40,11 @@
 // (M + K - 1) * bottleneck; bubble (K - 1) / (M + K - 1). The scheduler's
 // plan (plan_builder.cc) replaces it for GPipe, 1F1B-flush and ZB-H1 by
 // simulating the schedule's instruction streams (spec/simulator.cc) with
-// each stage's forward and backward time and each link's occupancy and
-// latency per message; messages on one link queue behind each other. What
+// each stage's forward and backward time, its optimizer update (after its
+// last backward of the step) and each link's occupancy and latency per
+// message; messages on one link queue behind each other. Schedules not
+// simulated add the slowest stage's optimizer updates of a step to the
+// flush bound. What
 // follows from the simulation, with F_s + B_s a stage's compute, T_s its
 // link's occupancy and L_s its latency:
 //  * GPipe: all forwards, then all backwards. Steady state runs at the
@@ -162,7 +165,8 @@ absl::Status ValidateLayers(const std::vector<LayerCost>& layers) {
   for (size_t l = 0; l < layers.size(); ++l) {
     const LayerCost& layer = layers[l];
     if (!IsNonNegativeFinite(layer.forward_seconds) ||
-        !IsNonNegativeFinite(layer.backward_seconds)) {
+        !IsNonNegativeFinite(layer.backward_seconds) ||
+        !IsNonNegativeFinite(layer.optimizer_seconds)) {
       return absl::InvalidArgumentError(
           absl::StrCat("layer ", l, ": times must be finite and non-negative"));
     }

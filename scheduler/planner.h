@@ -22,6 +22,10 @@ namespace pipetrain {
 struct LayerCost {
   double forward_seconds = 0.0;
   double backward_seconds = 0.0;
+  // The optimizer's update of the layer's parameters, once per optimizer
+  // step (not per micro-batch): the stage that holds the layer runs it
+  // after its last backward pass of the step.
+  double optimizer_seconds = 0.0;
   // Bytes of the layer's output for one micro-batch (what crosses a stage
   // boundary after this layer, and what a stage keeps per micro-batch).
   int64_t activation_bytes = 0;

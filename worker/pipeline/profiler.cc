@@ -9,6 +9,7 @@
 #include "spec/size_limits.h"
 #include "worker/compute/elementwise_math.h"
 #include "worker/nn/model.h"
+#include "worker/nn/optimizer.h"
 
 namespace pipetrain {
 namespace {
@@ -88,7 +89,12 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
     in.insert(in.end(), shapes[i].begin(), shapes[i].end());
     ASSIGN_OR_RETURN(Tensor host_x, ProfileInput(spec.model(), i, in));
     ASSIGN_OR_RETURN(Tensor x, ToDevice(backend, host_x));
-    std::vector<double> fwd, bwd;
+    // The job's optimizer over this layer's parameters alone: its update
+    // costs the same per parameter wherever the layer's stage ends.
+    ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                     Optimizer::Create(spec.optimizer(), backend));
+    const std::vector<Param*> params = layer->params();
+    std::vector<double> fwd, bwd, opt;
     int64_t out_bytes = 0;
     for (int rep = 0; rep <= repetitions; ++rep) {
       ForwardOptions options;
@@ -107,9 +113,22 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
       RETURN_IF_ERROR(backend->Synchronize());
       const double b =
           std::chrono::duration<double>(Clock::now() - start).count();
-      if (rep > 0) {  // rep 0 warms caches and allocators up
+      double o = 0;
+      if (!params.empty()) {
+        start = Clock::now();
+        float scale = 1.0f;
+        if (optimizer->clip_grad_norm() > 0) {
+          ASSIGN_OR_RETURN(const double sum, GradSumSquares(backend, params));
+          scale = ClipScale(sum, optimizer->clip_grad_norm());
+        }
+        RETURN_IF_ERROR(optimizer->Step(params, scale));
+        RETURN_IF_ERROR(backend->Synchronize());
+        o = std::chrono::duration<double>(Clock::now() - start).count();
+      }
+      if (rep > 0) {  // rep 0 warms caches and allocators (and state) up
         fwd.push_back(f);
         bwd.push_back(b);
+        opt.push_back(o);
       }
     }
     v1::LayerProfile* p = out.add_layers();
@@ -117,6 +136,7 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
     p->set_kind(LayerKind(spec.model().layers(i)));
     p->set_forward_seconds(Median(fwd));
     p->set_backward_seconds(Median(bwd));
+    p->set_optimizer_seconds(Median(opt));
     p->set_activation_bytes(out_bytes);
     p->set_parameter_bytes(layer->num_parameters() *
                            static_cast<int64_t>(sizeof(float)));

@@ -1,5 +1,6 @@
 // Per-layer profiles on this worker's device: forward and backward time,
-// output activation bytes and parameter bytes. The planner uses them to cut
+// the job's optimizer update of the layer's parameters, output activation
+// bytes and parameter bytes. The planner uses them to cut
 // the model into balanced stages.
 #ifndef PIPETRAIN_WORKER_PIPELINE_PROFILER_H_
 #define PIPETRAIN_WORKER_PIPELINE_PROFILER_H_

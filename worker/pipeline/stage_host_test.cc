@@ -326,6 +326,15 @@ TEST(StageHostTest, ProfilesEveryLayerWhenIdle) {
   absl::StatusOr<v1::ProfileResponse> profile = host.Profile(request);
   ASSERT_TRUE(profile.ok()) << profile.status();
   EXPECT_EQ(profile->layers_size(), 3);
+  // The optimizer's update is timed for the layers that have parameters,
+  // and only for them.
+  for (const v1::LayerProfile& l : profile->layers()) {
+    if (l.parameter_bytes() > 0) {
+      EXPECT_GT(l.optimizer_seconds(), 0) << l.kind();
+    } else {
+      EXPECT_EQ(l.optimizer_seconds(), 0) << l.kind();
+    }
+  }
 }
 
 }  // namespace
