@@ -101,8 +101,11 @@ absl::StatusOr<GrowthProposal> SchedulerCore::ProposeGrowthFor(
   in.joining = joining;
   v1::ProfileRequest profile_request;
   *profile_request.mutable_spec() = job.spec().training();
-  profile_request.set_repetitions(3);
-  // The joining worker is idle; the job's own are busy training.
+  // The joining worker is idle, but the job's own are busy training, on
+  // the same machine when they share one: the median of nine runs per
+  // layer keeps the occasional run that waited for a core out of the
+  // decision.
+  profile_request.set_repetitions(9);
   ASSIGN_OR_RETURN(in.profile,
                    control_->Profile(joining[0].address(), profile_request));
   in.topology = options_.topology;
