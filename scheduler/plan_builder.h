@@ -53,8 +53,8 @@ struct PlanInputs {
   // (WorkerInfo.links, source "probe") come with `workers`.
   Topology topology;
   // Stage time per stream message a stage sends or receives
-  // (PlanRequest::message_overhead_seconds); negative: measured, a quarter
-  // of the median RTT of the candidates' probed links (MessageOverhead).
+  // (PlanRequest::message_overhead_seconds); negative: measured
+  // (MessageOverhead).
   double message_overhead_seconds = -1.0;
   // The schedule's idle fraction on K workers (ModelSupport).
   std::function<double(int num_stages)> bubble;
@@ -70,11 +70,13 @@ struct LayerWireBytes {
 std::vector<LayerWireBytes> WireBytesPerLayer(const v1::JobSpec& spec);
 
 // The per-message overhead a plan charges: `configured` when >= 0, else
-// measured: a quarter of the median RTT over the probed links among
-// `workers` (0 when none was probed). A probe's round trip is two messages
-// through the same gRPC stack the stage streams use, and each message costs
-// its sender and its receiver, so a quarter of it is one end's share of
-// one message.
+// measured: the median of what `workers` measured on their own gRPC stacks
+// (WorkerInfo.message_overhead_seconds), or, when none did, a quarter of
+// the median RTT over their probed links (0 when none was probed). A
+// probe's round trip is two messages through the same gRPC stack the stage
+// streams use, and each message costs its sender and its receiver, so a
+// quarter of it is one end's share of one message; across a WAN the link's
+// round trip is mostly the network's, hence the workers' own figure first.
 double MessageOverhead(double configured,
                        const std::vector<v1::WorkerInfo>& workers);
 

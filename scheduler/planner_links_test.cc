@@ -184,6 +184,24 @@ TEST(SimulatedStepTest, MessageOverheadIsStageTimePerMessage) {
   EXPECT_GT(b->predicted_step_seconds(), a->predicted_step_seconds());
 }
 
+// Workers that measured their own stack (WorkerInfo.message_overhead_
+// seconds) give the overhead: the median over them, whatever the links'
+// round trips, which across a WAN are the network's (here 40 ms).
+TEST(SimulatedStepTest, WorkersOwnMeasurementWinsOverLinkRoundTrips) {
+  std::vector<v1::WorkerInfo> workers(3);
+  for (v1::WorkerInfo& w : workers) {
+    v1::LinkMeasurement* l = w.add_links();
+    l->set_rtt_seconds(0.040);
+    l->set_source("probe");
+  }
+  workers[0].set_message_overhead_seconds(0.00003);
+  workers[1].set_message_overhead_seconds(0.00005);
+  EXPECT_DOUBLE_EQ(MessageOverhead(-1, workers), 0.00004);
+  workers[2].set_message_overhead_seconds(0.00002);
+  EXPECT_DOUBLE_EQ(MessageOverhead(-1, workers), 0.00003);
+  EXPECT_EQ(MessageOverhead(0.002, workers), 0.002);  // the flag still wins
+}
+
 TEST(SimulatedStepTest, MeasuredOverheadIsAQuarterOfTheMedianProbeRtt) {
   std::vector<v1::WorkerInfo> workers(2);
   for (double rtt : {0.0004, 0.0002, 0.0010}) {

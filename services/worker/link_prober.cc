@@ -53,20 +53,38 @@ absl::StatusOr<double> TimedProbe(v1::StageService::StubInterface& stub,
   return seconds;
 }
 
-}  // namespace
-
-absl::StatusOr<v1::LinkMeasurement> MeasureLinkWith(
-    v1::StageService::StubInterface& stub, const v1::ProbeTarget& target,
-    const LinkProbeOptions& options) {
+// The median round trip of `options.rtt_calls` empty calls, after one that
+// connects (and does the TLS handshake) outside the figures.
+absl::StatusOr<double> MedianRtt(v1::StageService::StubInterface& stub,
+                                 const v1::ProbeTarget& target,
+                                 const LinkProbeOptions& options) {
   const double deadline = options.call_deadline_seconds;
-  // Warm-up: connects (and does the TLS handshake) outside the figures.
   RETURN_IF_ERROR(TimedProbe(stub, target, "", deadline).status());
   std::vector<double> rtts;
   for (int i = 0; i < std::max(1, options.rtt_calls); ++i) {
     ASSIGN_OR_RETURN(const double t, TimedProbe(stub, target, "", deadline));
     rtts.push_back(t);
   }
-  const double rtt = Median(rtts);
+  return Median(rtts);
+}
+
+}  // namespace
+
+absl::StatusOr<double> MeasureMessageOverhead(const std::string& own_address,
+                                              const LinkProbeOptions& options) {
+  v1::ProbeTarget self;
+  self.set_worker_id("itself");
+  self.set_address(own_address);
+  auto stub = v1::StageService::NewStub(CreatePipetrainChannel(own_address));
+  ASSIGN_OR_RETURN(const double rtt, MedianRtt(*stub, self, options));
+  return rtt / 4;
+}
+
+absl::StatusOr<v1::LinkMeasurement> MeasureLinkWith(
+    v1::StageService::StubInterface& stub, const v1::ProbeTarget& target,
+    const LinkProbeOptions& options) {
+  const double deadline = options.call_deadline_seconds;
+  ASSIGN_OR_RETURN(const double rtt, MedianRtt(stub, target, options));
 
   const auto start = Clock::now();
   int64_t size = std::max<int64_t>(1, options.first_payload_bytes);

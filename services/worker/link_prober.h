@@ -57,6 +57,16 @@ absl::StatusOr<v1::LinkMeasurement> MeasureLinkWith(
     v1::StageService::StubInterface& stub, const v1::ProbeTarget& target,
     const LinkProbeOptions& options);
 
+// The cost of one message through this process's own gRPC stack: a
+// quarter of the median round trip of `options.rtt_calls` empty Probe calls
+// to the StageService at `own_address` (this worker's server, dialled as a
+// peer would dial it but without the network between), for
+// WorkerInfo.message_overhead_seconds. The call's error when the server
+// cannot be reached under that name (e.g. a TLS certificate that does not
+// name it).
+absl::StatusOr<double> MeasureMessageOverhead(
+    const std::string& own_address, const LinkProbeOptions& options = {});
+
 // Runs MeasureLink for queued targets on a thread of its own, so that the
 // heartbeat that asked is never delayed; results wait in Take(). A target
 // already queued is not queued twice. Failures are logged and dropped (the

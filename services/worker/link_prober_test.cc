@@ -61,6 +61,18 @@ TEST_F(LinkProberTest, MeasuresRttAndBandwidthOnLoopback) {
   EXPECT_GT(link->measured_unix_ms(), 0);
 }
 
+// A worker's own stack: a quarter of a loopback round trip, positive and
+// far below a millisecond; a server that is not there is an error.
+TEST_F(LinkProberTest, MeasuresTheMessageOverheadOnItsOwnServer) {
+  absl::StatusOr<double> overhead = MeasureMessageOverhead(target_.address());
+  ASSERT_TRUE(overhead.ok()) << overhead.status();
+  EXPECT_GT(*overhead, 0.0);
+  EXPECT_LT(*overhead, 0.01);
+  LinkProbeOptions quick;
+  quick.call_deadline_seconds = 0.5;
+  EXPECT_FALSE(MeasureMessageOverhead("127.0.0.1:1", quick).ok());
+}
+
 TEST_F(LinkProberTest, RefusesProbesPastTheCap) {
   auto stub =
       v1::StageService::NewStub(CreatePipetrainChannel(target_.address()));

@@ -26,6 +26,7 @@
 #include "services/rpc/grpc_server.h"
 #include "services/rpc/grpc_util.h"
 #include "services/rpc/process_util.h"
+#include "services/worker/link_prober.h"
 #include "services/worker/stage_access.h"
 #include "services/worker/stage_service.h"
 #include "services/worker/stage_streams.h"
@@ -202,6 +203,20 @@ absl::Status Run() {
                                      : advertise);
   if (metrics_port > 0) {
     info.set_metrics_address(absl::StrCat(host, ":", metrics_port));
+  }
+  // The per-message cost of this worker's gRPC stack, for the planner:
+  // its own server, dialled at the address it listens on.
+  LinkProbeOptions self_probe;
+  self_probe.rtt_calls = 9;
+  const absl::StatusOr<double> overhead =
+      MeasureMessageOverhead(absl::StrCat(host, ":", grpc_port), self_probe);
+  if (overhead.ok()) {
+    info.set_message_overhead_seconds(*overhead);
+    PT_LOG(INFO) << "message overhead " << *overhead * 1e6 << " us";
+  } else {
+    PT_LOG(WARNING) << "cannot measure the message overhead on its own server "
+                    << "(the planner falls back on link round trips): "
+                    << overhead.status();
   }
   std::unique_ptr<WorkerAgent> agent;
   if (!absl::GetFlag(FLAGS_scheduler).empty()) {

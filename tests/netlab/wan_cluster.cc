@@ -214,7 +214,10 @@ int64_t JobCluster::WorkerLinkBytes() {
 
 JobRun JobCluster::Run(const v1::JobSpec& spec, double timeout_s) {
   JobRun run;
-  const int64_t bytes_before = WorkerLinkBytes();
+  // Counted from the moment the job runs: the link probes the scheduler
+  // asks for while planning cross the same links, and are not the job's.
+  int64_t bytes_before = WorkerLinkBytes();
+  bool running_seen = false;
   const auto start = Clock::now();
   {
     v1::SubmitJobRequest q;
@@ -234,6 +237,10 @@ JobRun JobCluster::Run(const v1::JobSpec& spec, double timeout_s) {
     v1::Job job;
     if (scheduler_->GetJob(&ctx, q, &job).ok()) {
       run.job = job;
+      if (!running_seen && job.state() == v1::JOB_STATE_RUNNING) {
+        running_seen = true;
+        bytes_before = WorkerLinkBytes();
+      }
       if (job.state() == v1::JOB_STATE_COMPLETED ||
           job.state() == v1::JOB_STATE_FAILED ||
           job.state() == v1::JOB_STATE_CANCELLED) {

@@ -53,8 +53,10 @@ struct JobRun {
   // The stages' own step time: batch size / Job.samples_per_second (the
   // mean of the last stage's recent steps).
   double step_seconds = 0;
-  // In a lab: the bytes the emulator delivered between worker hosts during
-  // the job (the pipeline's links, every header included); -1 on loopback.
+  // In a lab: the bytes the emulator delivered between worker hosts from
+  // the job's first RUNNING state seen (polled every 100 ms; the planning
+  // probes before it are not the job's) to its end: the pipeline's links,
+  // every header included; -1 on loopback.
   int64_t worker_link_bytes = -1;
 };
 
