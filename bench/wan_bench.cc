@@ -32,7 +32,9 @@
 // Knobs: PIPETRAIN_BENCH_REPS (1), PIPETRAIN_BENCH_STEPS (measured steps,
 // 20, at most 20), PIPETRAIN_BENCH_WARMUP (3), PIPETRAIN_BENCH_MODEL (mlp or
 // lm), PIPETRAIN_BENCH_WIRES (comma-separated, f32,bf16,int8,int4),
-// PIPETRAIN_BENCH_SCENARIOS (comma-separated, all four). Needs root,
+// PIPETRAIN_BENCH_SCENARIOS (comma-separated, all four),
+// PIPETRAIN_BENCH_BATCH_SCALE (1: both models' batch and micro-batch count
+// times this, micro-batches the same size). Needs root,
 // /dev/net/tun and `ip netns`; PIPETRAIN_SKIP_NETNS=1 skips (exit 0).
 //
 // Last line: {"bench":"wan", "wan_vs_loopback_<scenario>_<wire>_<model>":
@@ -99,6 +101,14 @@ absl::StatusOr<std::vector<Model>> Models(int64_t steps) {
   lm.set_steps(steps);
   lm.set_epochs(0);
   lm.set_eval_every(0);
+  // More micro-batches of the same size per step: the same bytes and
+  // compute per micro-batch, with the fill and drain (a round trip of the
+  // slow link per step) spread over more of them.
+  const int scale = EnvInt("PIPETRAIN_BENCH_BATCH_SCALE", 1);
+  for (v1::TrainingSpec* spec : {&mlp, &lm}) {
+    spec->set_batch_size(spec->batch_size() * scale);
+    spec->set_micro_batches(spec->micro_batches() * scale);
+  }
   const char* only = std::getenv("PIPETRAIN_BENCH_MODEL");
   if (only == nullptr || std::string(only) == "mlp")
     out.push_back({"mlp", mlp});
@@ -254,8 +264,8 @@ int Main() {
   }
   std::printf(
       "bench_wan: K = %d workers, %d measured steps after %d warm-up, %d "
-      "repetition(s)\n",
-      kWorkers, steps, warmup, reps);
+      "repetition(s), batch scale %d\n",
+      kWorkers, steps, warmup, reps, EnvInt("PIPETRAIN_BENCH_BATCH_SCALE", 1));
   std::vector<std::string> all = {kLoopback};
   all.insert(all.end(), scenarios.begin(), scenarios.end());
   std::map<std::string, Cell> cells;

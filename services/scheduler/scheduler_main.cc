@@ -71,8 +71,9 @@ ABSL_FLAG(double, probe_wait_seconds, 5,
           "its workers to be measured (then plan with what is known)");
 ABSL_FLAG(double, message_overhead_seconds, -1,
           "Stage time the planner charges per stream message sent or "
-          "received, on top of the link's latency; -1: measured, a quarter "
-          "of the median round trip of the workers' link probes");
+          "received, on top of the link's latency; -1: measured, the "
+          "median of what the workers measured on their own gRPC stacks "
+          "(else a quarter of the median round trip of their link probes)");
 ABSL_FLAG(std::string, port_file, "",
           "Write the bound ports here (grpc=N, http=N) once serving");
 ABSL_FLAG(std::string, auth_tokens_file, "",
