@@ -47,7 +47,9 @@ absl::StatusOr<FakeStageControl::StageSim*> FakeStageControl::Holding(
 absl::StatusOr<v1::ProfileResponse> FakeStageControl::Profile(
     const std::string& address, const v1::ProfileRequest& request) {
   absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(Enter({Method::kProfile, address, "", 0, {}}));
+  const int64_t asked = request.fastest() ? -int64_t{request.repetitions()}
+                                          : request.repetitions();
+  RETURN_IF_ERROR(Enter({Method::kProfile, address, "", asked, {}}));
   v1::ProfileResponse out;
   out.set_device("fake");
   for (int l = 0; l < request.spec().model().layers_size(); ++l) {

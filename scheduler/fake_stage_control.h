@@ -63,7 +63,8 @@ class FakeStageControl final : public StageControl {
     std::string address;
     std::string job_id;
     // Train: until_step; Evaluate: max_samples; GetTrace: since_step;
-    // Snapshot, FetchSnapshot, RestoreState: the step.
+    // Snapshot, FetchSnapshot, RestoreState: the step; Profile: the
+    // repetitions asked for, negative when the fastest run was.
     int64_t arg = 0;
     v1::StageConfig config;  // Configure only
   };

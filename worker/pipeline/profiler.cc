@@ -18,9 +18,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxProfileRepetitions = 100;
 
-double Median(std::vector<double> v) {
+// The median of the runs, or with `fastest` the fastest.
+double Summary(std::vector<double> v, bool fastest) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return fastest ? v.front() : v[v.size() / 2];
 }
 
 // A deterministic input for layer `index`: token ids below the vocabulary
@@ -66,12 +67,76 @@ absl::Status CheckProfileSizes(const std::vector<Shape>& shapes, int64_t batch,
   return absl::OkStatus();
 }
 
+// One layer's timed runs, over every round.
+struct LayerRuns {
+  std::vector<double> forward, backward, optimizer;
+  int64_t activation_bytes = 0;
+  int64_t parameter_bytes = 0;
+};
+
+// Builds layer `i` alone and times `repetitions` runs of its forward,
+// backward and optimizer update after one warm-up, appending to `runs`.
+absl::Status TimeLayer(const v1::TrainingSpec& spec,
+                       const std::vector<Shape>& shapes, int i, int64_t batch,
+                       int repetitions, Backend* backend, LayerRuns* runs) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> layer,
+                   Model::Build(spec.model(), i, i + 1, backend, spec.seed()));
+  Shape in = {batch};
+  in.insert(in.end(), shapes[i].begin(), shapes[i].end());
+  ASSIGN_OR_RETURN(Tensor host_x, ProfileInput(spec.model(), i, in));
+  ASSIGN_OR_RETURN(Tensor x, ToDevice(backend, host_x));
+  // The job's optimizer over this layer's parameters alone: its update
+  // costs the same per parameter wherever the layer's stage ends.
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                   Optimizer::Create(spec.optimizer(), backend));
+  const std::vector<Param*> params = layer->params();
+  runs->parameter_bytes =
+      layer->num_parameters() * static_cast<int64_t>(sizeof(float));
+  for (int rep = 0; rep <= repetitions; ++rep) {
+    ForwardOptions options;
+    std::vector<LayerContext> contexts;
+    auto start = Clock::now();
+    ASSIGN_OR_RETURN(Tensor y, layer->Forward(x, options, &contexts));
+    RETURN_IF_ERROR(backend->Synchronize());
+    const double f =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    runs->activation_bytes = y.bytes();
+    ASSIGN_OR_RETURN(Tensor dy, backend->Allocate(y.shape()));
+    RETURN_IF_ERROR(backend->Fill(dy.f32(), dy.numel(), 1e-3f));
+    ZeroGrads(layer->params());
+    start = Clock::now();
+    RETURN_IF_ERROR(layer->Backward(dy, options, &contexts, i > 0).status());
+    RETURN_IF_ERROR(backend->Synchronize());
+    const double b =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    double o = 0;
+    if (!params.empty()) {
+      start = Clock::now();
+      float scale = 1.0f;
+      if (optimizer->clip_grad_norm() > 0) {
+        ASSIGN_OR_RETURN(const double sum, GradSumSquares(backend, params));
+        scale = ClipScale(sum, optimizer->clip_grad_norm());
+      }
+      RETURN_IF_ERROR(optimizer->Step(params, scale));
+      RETURN_IF_ERROR(backend->Synchronize());
+      o = std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    if (rep > 0) {  // rep 0 warms caches and allocators (and state) up
+      runs->forward.push_back(f);
+      runs->backward.push_back(b);
+      runs->optimizer.push_back(o);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
                                                   int64_t batch,
                                                   int repetitions,
-                                                  Backend* backend) {
+                                                  Backend* backend,
+                                                  bool fastest) {
   ASSIGN_OR_RETURN(std::vector<Shape> shapes, ValidateModelSpec(spec.model()));
   if (batch <= 0) {
     batch = std::max<int64_t>(
@@ -79,67 +144,31 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
   }
   if (repetitions <= 0) repetitions = 3;
   RETURN_IF_ERROR(CheckProfileSizes(shapes, batch, repetitions));
+  // For the fastest run, the repetitions are spread over up to three
+  // rounds through the layers: a stretch of time when another process
+  // holds the core then slows one round of a layer, not all of its runs
+  // (the layers' relative costs are what a plan rests on).
+  const int rounds = fastest ? std::min(3, repetitions) : 1;
+  const int layers = spec.model().layers_size();
+  std::vector<LayerRuns> runs(layers);
+  for (int round = 0; round < rounds; ++round) {
+    const int reps = repetitions / rounds + (round < repetitions % rounds);
+    for (int i = 0; i < layers; ++i) {
+      RETURN_IF_ERROR(
+          TimeLayer(spec, shapes, i, batch, reps, backend, &runs[i]));
+    }
+  }
   v1::ProfileResponse out;
   out.set_device(backend->Describe());
-  for (int i = 0; i < spec.model().layers_size(); ++i) {
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<Model> layer,
-        Model::Build(spec.model(), i, i + 1, backend, spec.seed()));
-    Shape in = {batch};
-    in.insert(in.end(), shapes[i].begin(), shapes[i].end());
-    ASSIGN_OR_RETURN(Tensor host_x, ProfileInput(spec.model(), i, in));
-    ASSIGN_OR_RETURN(Tensor x, ToDevice(backend, host_x));
-    // The job's optimizer over this layer's parameters alone: its update
-    // costs the same per parameter wherever the layer's stage ends.
-    ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                     Optimizer::Create(spec.optimizer(), backend));
-    const std::vector<Param*> params = layer->params();
-    std::vector<double> fwd, bwd, opt;
-    int64_t out_bytes = 0;
-    for (int rep = 0; rep <= repetitions; ++rep) {
-      ForwardOptions options;
-      std::vector<LayerContext> contexts;
-      auto start = Clock::now();
-      ASSIGN_OR_RETURN(Tensor y, layer->Forward(x, options, &contexts));
-      RETURN_IF_ERROR(backend->Synchronize());
-      const double f =
-          std::chrono::duration<double>(Clock::now() - start).count();
-      out_bytes = y.bytes();
-      ASSIGN_OR_RETURN(Tensor dy, backend->Allocate(y.shape()));
-      RETURN_IF_ERROR(backend->Fill(dy.f32(), dy.numel(), 1e-3f));
-      ZeroGrads(layer->params());
-      start = Clock::now();
-      RETURN_IF_ERROR(layer->Backward(dy, options, &contexts, i > 0).status());
-      RETURN_IF_ERROR(backend->Synchronize());
-      const double b =
-          std::chrono::duration<double>(Clock::now() - start).count();
-      double o = 0;
-      if (!params.empty()) {
-        start = Clock::now();
-        float scale = 1.0f;
-        if (optimizer->clip_grad_norm() > 0) {
-          ASSIGN_OR_RETURN(const double sum, GradSumSquares(backend, params));
-          scale = ClipScale(sum, optimizer->clip_grad_norm());
-        }
-        RETURN_IF_ERROR(optimizer->Step(params, scale));
-        RETURN_IF_ERROR(backend->Synchronize());
-        o = std::chrono::duration<double>(Clock::now() - start).count();
-      }
-      if (rep > 0) {  // rep 0 warms caches and allocators (and state) up
-        fwd.push_back(f);
-        bwd.push_back(b);
-        opt.push_back(o);
-      }
-    }
+  for (int i = 0; i < layers; ++i) {
     v1::LayerProfile* p = out.add_layers();
     p->set_layer(i);
     p->set_kind(LayerKind(spec.model().layers(i)));
-    p->set_forward_seconds(Median(fwd));
-    p->set_backward_seconds(Median(bwd));
-    p->set_optimizer_seconds(Median(opt));
-    p->set_activation_bytes(out_bytes);
-    p->set_parameter_bytes(layer->num_parameters() *
-                           static_cast<int64_t>(sizeof(float)));
+    p->set_forward_seconds(Summary(runs[i].forward, fastest));
+    p->set_backward_seconds(Summary(runs[i].backward, fastest));
+    p->set_optimizer_seconds(Summary(runs[i].optimizer, fastest));
+    p->set_activation_bytes(runs[i].activation_bytes);
+    p->set_parameter_bytes(runs[i].parameter_bytes);
   }
   return out;
 }

@@ -14,11 +14,13 @@ namespace pipetrain {
 
 // Times every layer of `spec.model` on `backend` for micro-batches of
 // `batch` samples (default: batch_size / micro_batches), taking the median
-// of `repetitions` runs (default 3) after one warm-up.
+// (or with `fastest` the fastest) of `repetitions` runs (default 3) after
+// one warm-up.
 absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
                                                   int64_t batch,
                                                   int repetitions,
-                                                  Backend* backend);
+                                                  Backend* backend,
+                                                  bool fastest = false);
 
 // Float32 GEMM speed of `backend` (GFLOP/s), from a few 512^3 products.
 // Registration reports it so the planner can weigh workers against each

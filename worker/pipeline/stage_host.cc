@@ -221,7 +221,7 @@ absl::StatusOr<v1::ProfileResponse> StageHost::Profile(
     }
   }
   return ProfileLayers(request.spec(), request.batch(), request.repetitions(),
-                       backend_.get());
+                       backend_.get(), request.fastest());
 }
 
 }  // namespace pipetrain

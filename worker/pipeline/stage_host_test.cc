@@ -337,5 +337,29 @@ TEST(StageHostTest, ProfilesEveryLayerWhenIdle) {
   }
 }
 
+TEST(StageHostTest, ProfilesTheFastestRunsOverRoundsThroughTheLayers) {
+  StageHost host(CreateCpuBackend(1), nullptr);
+  v1::ProfileRequest request;
+  *request.mutable_spec() = Spec();
+  request.set_repetitions(5);  // rounds of 2, 2 and 1 runs
+  absl::StatusOr<v1::ProfileResponse> median = host.Profile(request);
+  request.set_fastest(true);
+  absl::StatusOr<v1::ProfileResponse> fastest = host.Profile(request);
+  ASSERT_TRUE(median.ok()) << median.status();
+  ASSERT_TRUE(fastest.ok()) << fastest.status();
+  ASSERT_EQ(fastest->layers_size(), median->layers_size());
+  for (int i = 0; i < fastest->layers_size(); ++i) {
+    const v1::LayerProfile& f = fastest->layers(i);
+    const v1::LayerProfile& m = median->layers(i);
+    EXPECT_EQ(f.layer(), i);
+    EXPECT_EQ(f.kind(), m.kind());
+    EXPECT_EQ(f.activation_bytes(), m.activation_bytes());
+    EXPECT_EQ(f.parameter_bytes(), m.parameter_bytes());
+    EXPECT_GT(f.forward_seconds(), 0) << f.kind();
+    EXPECT_GT(f.backward_seconds(), 0) << f.kind();
+    EXPECT_EQ(f.optimizer_seconds() > 0, f.parameter_bytes() > 0) << f.kind();
+  }
+}
+
 }  // namespace
 }  // namespace pipetrain
