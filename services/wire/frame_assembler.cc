@@ -243,10 +243,8 @@ absl::Status ReadHeader(SliceReader* reader, v1::FrameHeader* header) {
   return absl::OkStatus();
 }
 
-// The message a completed header's payload in `storage` holds.
-StageMessage AssembledMessage(MessageKind kind, const v1::FrameHeader& h,
-                              const std::shared_ptr<Storage>& storage,
-                              const Layout& widened) {
+// A header's message fields, without its tensors.
+StageMessage HeaderFields(MessageKind kind, const v1::FrameHeader& h) {
   StageMessage message;
   message.kind = kind;
   message.step = h.step();
@@ -255,6 +253,14 @@ StageMessage AssembledMessage(MessageKind kind, const v1::FrameHeader& h,
   message.weight_version = h.weight_version();
   message.value = h.value();
   message.samples = h.samples();
+  return message;
+}
+
+// The message a completed header's payload in `storage` holds.
+StageMessage AssembledMessage(MessageKind kind, const v1::FrameHeader& h,
+                              const std::shared_ptr<Storage>& storage,
+                              const Layout& widened) {
+  StageMessage message = HeaderFields(kind, h);
   for (int i = 0; i < h.tensors_size(); ++i) {
     const v1::TensorMeta& meta = h.tensors(i);
     message.tensors.emplace_back(
@@ -335,14 +341,7 @@ void ReadPayload(const FrameLayouts& layouts, int64_t begin, int64_t end,
 }  // namespace
 
 StageMessage MessageOutline(MessageKind kind, const v1::FrameHeader& h) {
-  StageMessage message;
-  message.kind = kind;
-  message.step = h.step();
-  message.micro_batch = h.micro_batch();
-  message.chunk = h.chunk();
-  message.weight_version = h.weight_version();
-  message.value = h.value();
-  message.samples = h.samples();
+  StageMessage message = HeaderFields(kind, h);
   for (const v1::TensorMeta& meta : h.tensors()) {
     message.tensors.emplace_back(
         nullptr, Shape(meta.shape().begin(), meta.shape().end()), DType::kF32);

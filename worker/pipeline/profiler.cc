@@ -144,11 +144,13 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
   }
   if (repetitions <= 0) repetitions = 3;
   RETURN_IF_ERROR(CheckProfileSizes(shapes, batch, repetitions));
-  // For the fastest run, the repetitions are spread over up to three
-  // rounds through the layers: a stretch of time when another process
-  // holds the core then slows one round of a layer, not all of its runs
-  // (the layers' relative costs are what a plan rests on).
-  const int rounds = fastest ? std::min(3, repetitions) : 1;
+  // For the fastest run, each repetition is a round through the layers
+  // (every layer built again and warmed up): a stretch of time when another
+  // process holds the core, or its sibling thread, then slows one run of a
+  // layer, not all of its runs, and the layers' relative costs a plan rests
+  // on hold. (Three rounds of three runs left one profile in five with a
+  // layer 25% off on a loaded 2-core host; one run per round, one in fifty.)
+  const int rounds = fastest ? repetitions : 1;
   const int layers = spec.model().layers_size();
   std::vector<LayerRuns> runs(layers);
   for (int round = 0; round < rounds; ++round) {

@@ -14,8 +14,9 @@ namespace pipetrain {
 
 // Times every layer of `spec.model` on `backend` for micro-batches of
 // `batch` samples (default: batch_size / micro_batches), taking the median
-// (or with `fastest` the fastest) of `repetitions` runs (default 3) after
-// one warm-up.
+// of `repetitions` runs (default 3) after one warm-up, or with `fastest`
+// the fastest of `repetitions` rounds through the layers of one warm-up
+// and one timed run each.
 absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
                                                   int64_t batch,
                                                   int repetitions,

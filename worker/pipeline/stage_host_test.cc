@@ -341,7 +341,7 @@ TEST(StageHostTest, ProfilesTheFastestRunsOverRoundsThroughTheLayers) {
   StageHost host(CreateCpuBackend(1), nullptr);
   v1::ProfileRequest request;
   *request.mutable_spec() = Spec();
-  request.set_repetitions(5);  // rounds of 2, 2 and 1 runs
+  request.set_repetitions(5);  // five rounds of one run
   absl::StatusOr<v1::ProfileResponse> median = host.Profile(request);
   request.set_fastest(true);
   absl::StatusOr<v1::ProfileResponse> fastest = host.Profile(request);
