@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "scheduler/step_prediction.h"
 #include "spec/job_spec.h"
 #include "spec/model_spec.h"
 #include "spec/schedule.h"
@@ -317,115 +318,6 @@ std::string BandwidthText(double bytes_per_s) {
                      : absl::StrFormat("%.1f Mb/s", bits / 1e6);
 }
 
-// The slowest worker's optimizer updates in one step: a stage updates its
-// parameters as often as its instruction stream says (once a step, or once
-// per micro-batch under asynchronous 1F1B), each update on its critical
-// path; a worker with several chunks (interleaved) updates them all. For
-// the schedules the step is not simulated for.
-double OptimizerSecondsPerStep(const v1::JobSpec& spec,
-                               const PlanRequest& request,
-                               const std::vector<StageAssignment>& stages,
-                               int chunks_per_worker) {
-  std::map<int, double> per_worker;
-  for (const StageAssignment& stage : stages) {
-    double seconds = 0;
-    for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
-      seconds += request.layers[l].optimizer_seconds;
-    }
-    per_worker[stage.worker] += seconds / request.workers[stage.worker].speed;
-  }
-  int64_t updates = 1;
-  const int workers = static_cast<int>(per_worker.size());
-  const absl::StatusOr<ScheduleParams> params =
-      JobScheduleParams(spec, workers);
-  if (chunks_per_worker == 1 && params.ok()) {
-    const absl::StatusOr<std::vector<Instruction>> stream =
-        BuildSchedule(*params, 0);
-    if (stream.ok()) {
-      updates = std::count_if(stream->begin(), stream->end(),
-                              [](const Instruction& in) {
-                                return in.op == OpKind::kOptimizerStep;
-                              });
-    }
-  }
-  double worst = 0;
-  for (const auto& [worker, seconds] : per_worker) {
-    worst = std::max(worst, seconds);
-  }
-  return static_cast<double>(updates) * worst;
-}
-
-// The step time of the placement simulated under the job's schedule, or -1
-// for the schedules not simulated here (cross-step and interleaved ones).
-// Stage s: forward and backward compute on its worker plus the overhead
-// of the messages each pass receives and sends, and its optimizer update; its
-// activation link to s + 1 and gradient link to s - 1 carry one message per
-// micro-batch each, occupying the link bytes / bandwidth and arriving a latency
-// later.
-double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
-                     const std::vector<StageAssignment>& stages) {
-  absl::StatusOr<ScheduleKind> kind = ScheduleKindFromProto(spec.schedule());
-  if (!kind.ok() || !(*kind == ScheduleKind::kGPipe ||
-                      *kind == ScheduleKind::kOneFOneBFlush ||
-                      *kind == ScheduleKind::kZeroBubbleH1)) {
-    return -1;
-  }
-  const int k = static_cast<int>(stages.size());
-  const double o = request.message_overhead_seconds;
-  std::vector<SimCosts> costs(k);
-  std::vector<LinkEstimate> down(k);  // link s -> s + 1
-  std::vector<LinkEstimate> up(k);    // link s -> s - 1
-  for (int s = 0; s < k; ++s) {
-    if (s + 1 < k) {
-      down[s] = LinkBetween(request, request.workers[stages[s].worker],
-                            request.workers[stages[s + 1].worker]);
-    }
-    if (s > 0) {
-      up[s] = LinkBetween(request, request.workers[stages[s].worker],
-                          request.workers[stages[s - 1].worker]);
-    }
-  }
-  for (int s = 0; s < k; ++s) {
-    const StageAssignment& a = stages[s];
-    const double speed = request.workers[a.worker].speed;
-    SimCosts& c = costs[s];
-    c.forward = 0;
-    c.backward = 0;
-    c.optimizer = 0;
-    for (int l = a.layer_begin; l < a.layer_end; ++l) {
-      c.forward += request.layers[l].forward_seconds / speed;
-      c.backward += request.layers[l].backward_seconds / speed;
-      c.optimizer += request.layers[l].optimizer_seconds / speed;
-    }
-    const int neighbours = (s > 0) + (s + 1 < k);
-    c.forward += o * neighbours;
-    c.backward += o * neighbours;
-    if (s + 1 < k) {
-      const LayerCost& cut = request.layers[a.layer_end - 1];
-      const double bytes = cut.activation_wire_bytes >= 0
-                               ? cut.activation_wire_bytes
-                               : cut.activation_bytes;
-      c.activation_transfer = bytes / down[s].bandwidth_bytes_per_s;
-      c.send = 0.25 * (down[s].rtt_seconds + up[s + 1].rtt_seconds);
-    }
-    if (s > 0) {
-      const LayerCost& cut = request.layers[a.layer_begin - 1];
-      const double bytes = cut.gradient_wire_bytes >= 0
-                               ? cut.gradient_wire_bytes
-                               : cut.activation_bytes;
-      c.gradient_transfer = bytes / up[s].bandwidth_bytes_per_s;
-      c.gradient_send = 0.25 * (up[s].rtt_seconds + down[s - 1].rtt_seconds);
-    }
-  }
-  ScheduleParams params;
-  params.kind = *kind;
-  params.num_stages = k;
-  params.micro_batches = request.micro_batches;
-  const SimResult result = Simulate(params, SimCosts{}, costs);
-  if (!result.status.ok() || result.deadlock) return -1;
-  return result.makespan;
-}
-
 }  // namespace
 
 std::vector<LayerWireBytes> WireBytesPerLayer(const v1::JobSpec& spec) {
@@ -450,6 +342,18 @@ std::vector<LayerWireBytes> WireBytesPerLayer(const v1::JobSpec& spec) {
     out.push_back(bytes);
   }
   return out;
+}
+
+std::string MessageOverheadSource(double configured,
+                                  const std::vector<v1::WorkerInfo>& workers) {
+  if (configured >= 0) return "--message_overhead_seconds";
+  for (const v1::WorkerInfo& w : workers) {
+    if (w.message_overhead_seconds() > 0) {
+      return "the median of what the workers measured on their own gRPC "
+             "stacks";
+    }
+  }
+  return "a quarter of the median probe RTT";
 }
 
 double MessageOverhead(double configured,
@@ -616,8 +520,7 @@ absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
     absl::StrAppendFormat(
         &links, "message overhead %.3f ms per message sent or received (%s)\n",
         request.message_overhead_seconds * 1e3,
-        in.message_overhead_seconds >= 0 ? "--message_overhead_seconds"
-                                         : "a quarter of the median probe RTT");
+        MessageOverheadSource(in.message_overhead_seconds, in.workers));
   }
   out.set_explanation(
       absl::StrCat(out.explanation(), "\n", links,

@@ -79,6 +79,10 @@ std::vector<LayerWireBytes> WireBytesPerLayer(const v1::JobSpec& spec);
 // round trip is mostly the network's, hence the workers' own figure first.
 double MessageOverhead(double configured,
                        const std::vector<v1::WorkerInfo>& workers);
+// Where MessageOverhead's figure comes from, in words, for the plan's
+// explanation.
+std::string MessageOverheadSource(double configured,
+                                  const std::vector<v1::WorkerInfo>& workers);
 
 // `workers`' links as the planner will use them: measured ones, replaced
 // by the topology's overrides where one covers the pair (source

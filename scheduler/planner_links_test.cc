@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/proto_json.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/plan_builder.h"
 #include "scheduler/planner.h"
@@ -200,6 +201,14 @@ TEST(SimulatedStepTest, WorkersOwnMeasurementWinsOverLinkRoundTrips) {
   workers[2].set_message_overhead_seconds(0.00002);
   EXPECT_DOUBLE_EQ(MessageOverhead(-1, workers), 0.00003);
   EXPECT_EQ(MessageOverhead(0.002, workers), 0.002);  // the flag still wins
+  // The plan's explanation names where the figure came from.
+  EXPECT_THAT(MessageOverheadSource(-1, workers),
+              ::testing::HasSubstr("own gRPC stacks"));
+  EXPECT_EQ(MessageOverheadSource(0.002, workers),
+            "--message_overhead_seconds");
+  for (v1::WorkerInfo& w : workers) w.clear_message_overhead_seconds();
+  EXPECT_THAT(MessageOverheadSource(-1, workers),
+              ::testing::HasSubstr("probe RTT"));
 }
 
 TEST(SimulatedStepTest, MeasuredOverheadIsAQuarterOfTheMedianProbeRtt) {

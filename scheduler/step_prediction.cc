@@ -1,0 +1,111 @@
+#include "scheduler/step_prediction.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+
+#include "absl/status/statusor.h"
+#include "spec/job_spec.h"
+#include "spec/schedule.h"
+#include "spec/vocabulary.h"
+
+namespace pipetrain {
+
+double OptimizerSecondsPerStep(const v1::JobSpec& spec,
+                               const PlanRequest& request,
+                               const std::vector<StageAssignment>& stages,
+                               int chunks_per_worker) {
+  std::map<int, double> per_worker;
+  for (const StageAssignment& stage : stages) {
+    double seconds = 0;
+    for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
+      seconds += request.layers[l].optimizer_seconds;
+    }
+    per_worker[stage.worker] += seconds / request.workers[stage.worker].speed;
+  }
+  int64_t updates = 1;
+  const int workers = static_cast<int>(per_worker.size());
+  const absl::StatusOr<ScheduleParams> params =
+      JobScheduleParams(spec, workers);
+  if (chunks_per_worker == 1 && params.ok()) {
+    const absl::StatusOr<std::vector<Instruction>> stream =
+        BuildSchedule(*params, 0);
+    if (stream.ok()) {
+      updates = std::count_if(stream->begin(), stream->end(),
+                              [](const Instruction& in) {
+                                return in.op == OpKind::kOptimizerStep;
+                              });
+    }
+  }
+  double worst = 0;
+  for (const auto& [worker, seconds] : per_worker) {
+    worst = std::max(worst, seconds);
+  }
+  return static_cast<double>(updates) * worst;
+}
+
+double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
+                     const std::vector<StageAssignment>& stages) {
+  absl::StatusOr<ScheduleKind> kind = ScheduleKindFromProto(spec.schedule());
+  if (!kind.ok() || !(*kind == ScheduleKind::kGPipe ||
+                      *kind == ScheduleKind::kOneFOneBFlush ||
+                      *kind == ScheduleKind::kZeroBubbleH1)) {
+    return -1;
+  }
+  const int k = static_cast<int>(stages.size());
+  const double o = request.message_overhead_seconds;
+  std::vector<SimCosts> costs(k);
+  std::vector<LinkEstimate> down(k);  // link s -> s + 1
+  std::vector<LinkEstimate> up(k);    // link s -> s - 1
+  for (int s = 0; s < k; ++s) {
+    if (s + 1 < k) {
+      down[s] = LinkBetween(request, request.workers[stages[s].worker],
+                            request.workers[stages[s + 1].worker]);
+    }
+    if (s > 0) {
+      up[s] = LinkBetween(request, request.workers[stages[s].worker],
+                          request.workers[stages[s - 1].worker]);
+    }
+  }
+  for (int s = 0; s < k; ++s) {
+    const StageAssignment& a = stages[s];
+    const double speed = request.workers[a.worker].speed;
+    SimCosts& c = costs[s];
+    c.forward = 0;
+    c.backward = 0;
+    c.optimizer = 0;
+    for (int l = a.layer_begin; l < a.layer_end; ++l) {
+      c.forward += request.layers[l].forward_seconds / speed;
+      c.backward += request.layers[l].backward_seconds / speed;
+      c.optimizer += request.layers[l].optimizer_seconds / speed;
+    }
+    const int neighbours = (s > 0) + (s + 1 < k);
+    c.forward += o * neighbours;
+    c.backward += o * neighbours;
+    if (s + 1 < k) {
+      const LayerCost& cut = request.layers[a.layer_end - 1];
+      const double bytes = cut.activation_wire_bytes >= 0
+                               ? cut.activation_wire_bytes
+                               : cut.activation_bytes;
+      c.activation_transfer = bytes / down[s].bandwidth_bytes_per_s;
+      c.send = 0.25 * (down[s].rtt_seconds + up[s + 1].rtt_seconds);
+    }
+    if (s > 0) {
+      const LayerCost& cut = request.layers[a.layer_begin - 1];
+      const double bytes = cut.gradient_wire_bytes >= 0
+                               ? cut.gradient_wire_bytes
+                               : cut.activation_bytes;
+      c.gradient_transfer = bytes / up[s].bandwidth_bytes_per_s;
+      c.gradient_send = 0.25 * (up[s].rtt_seconds + down[s - 1].rtt_seconds);
+    }
+  }
+  ScheduleParams params;
+  params.kind = *kind;
+  params.num_stages = k;
+  params.micro_batches = request.micro_batches;
+  const SimResult result = Simulate(params, SimCosts{}, costs);
+  if (!result.status.ok() || result.deadlock) return -1;
+  return result.makespan;
+}
+
+}  // namespace pipetrain
