@@ -5,9 +5,12 @@
 //   pipetrain-worker --listen 0.0.0.0:7100 --metrics_port 9100 --device auto
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
@@ -15,6 +18,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/cpu_quota.h"
 #include "common/logging.h"
 #include "common/metrics_registry.h"
 #include "common/secret.h"
@@ -63,8 +67,8 @@ ABSL_FLAG(int64_t, memory_bytes, 0,
           "for the CPU, unknown for CUDA)");
 ABSL_FLAG(double, gemm_gflops, 0,
           "GEMM speed the planner assumes for this worker, GFLOP/s (0: "
-          "measure it at start; a measurement on a busy machine can be far "
-          "off)");
+          "measure it at start, scaled down to the process's cgroup CPU "
+          "limit; a measurement on a busy machine can be far off)");
 ABSL_FLAG(std::vector<std::string>, data_root,
           std::vector<std::string>(absl::StrSplit(pipetrain::kDefaultDataRoots,
                                                   ',')),
@@ -76,9 +80,30 @@ ABSL_FLAG(int64_t, max_data_file_bytes, pipetrain::kDefaultMaxDataFileBytes,
 namespace pipetrain {
 namespace {
 
+// The share of the CPU backend's full speed a sustained computation gets
+// under this process's cgroup CPU limit (1 on CUDA, or with no limit).
+double ComputeShare(const Backend& backend) {
+  if (backend.device() != Device::kCpu) return 1.0;
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads <= 0) {
+    threads =
+        static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  const std::optional<double> limit = CgroupCpuLimit();
+  const double share = CpuShareOf(limit, threads);
+  if (share < 1) {
+    PT_LOG(INFO) << "cgroup CPU limit " << *limit << " cores for " << threads
+                 << " compute thread(s): measured speeds are reported at "
+                 << share << " of what short runs show";
+  }
+  return share;
+}
+
 // What registration tells the scheduler about this worker.
 // (The addresses are filled in once the ports are bound.)
-absl::StatusOr<v1::WorkerInfo> DescribeWorker(Backend* backend) {
+// `compute_share`: ComputeShare; a measured GEMM speed is scaled by it.
+absl::StatusOr<v1::WorkerInfo> DescribeWorker(Backend* backend,
+                                              double compute_share) {
   v1::WorkerInfo info;
   info.set_id(absl::GetFlag(FLAGS_worker_id));
   info.set_device_kind(DeviceName(backend->device()));
@@ -95,6 +120,7 @@ absl::StatusOr<v1::WorkerInfo> DescribeWorker(Backend* backend) {
   }
   if (gflops == 0) {
     ASSIGN_OR_RETURN(gflops, MeasureGemmGflops(backend));
+    gflops *= compute_share;
   }
   info.set_gemm_gflops(gflops);
   for (const std::string& label : absl::GetFlag(FLAGS_labels)) {
@@ -160,11 +186,14 @@ absl::Status Run() {
                    CreateBackend(backend_options));
   const std::string device = backend->Describe();
 
-  ASSIGN_OR_RETURN(v1::WorkerInfo info, DescribeWorker(backend.get()));
+  const double compute_share = ComputeShare(*backend);
+  ASSIGN_OR_RETURN(v1::WorkerInfo info,
+                   DescribeWorker(backend.get(), compute_share));
   const size_t chunk_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes));
   StageHost stage_host(std::move(backend), metrics.get(),
-                       DownstreamStreamOpener(metrics.get(), chunk_bytes));
+                       DownstreamStreamOpener(metrics.get(), chunk_bytes),
+                       compute_share);
   const Backend* memory_source = &stage_host.backend();
   // Identities are certificate names: the checks need TLS.
   StageServiceImpl service(

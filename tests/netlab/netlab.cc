@@ -400,6 +400,16 @@ absl::StatusOr<std::unique_ptr<testing::ChildProcess>> NetLab::Start(
   if (cgroup.empty()) {
     return testing::ChildProcess::Start(IpBinary(), all, timeout_s);
   }
+  // In the cgroup, and, as a container runtime would show it, with the cpu
+  // hierarchy mounted where the process looks for its limit: `ip netns
+  // exec` mounts a fresh /sys in a mount namespace of its own (private to
+  // the child), which hides the host's cgroup mounts. Each shell execs the
+  // next program, so the pid stays the binary's.
+  all.insert(all.begin() + 3,
+             {"/bin/sh", "-c",
+              absl::StrCat("mount -t tmpfs cgroup /sys/fs/cgroup && mkdir ",
+                           kCpuCgroupRoot, " && mount -t cgroup -o cpu cgroup ",
+                           kCpuCgroupRoot, " && exec \"$0\" \"$@\"")});
   all.insert(
       all.begin(),
       {"-c", "echo $$ > " + cgroup + "/cgroup.procs && exec \"$0\" \"$@\"",

@@ -62,7 +62,9 @@ class NetLab {
 
   // Starts `binary` with `args` inside `host`'s namespace (ChildProcess:
   // it writes a port file, and is killed when destroyed); in `cgroup`
-  // (from CpuCgroup) from its first instruction when one is given.
+  // (from CpuCgroup) from its first instruction when one is given, with
+  // the cgroup v1 cpu hierarchy mounted at /sys/fs/cgroup/cpu in its own
+  // mount namespace, as a container sees its CPU limit.
   absl::StatusOr<std::unique_ptr<testing::ChildProcess>> Start(
       const std::string& host, const std::string& binary,
       const std::vector<std::string>& args, const std::string& cgroup = "",

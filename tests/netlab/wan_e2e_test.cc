@@ -6,6 +6,7 @@
 // long link. Prints the round trip the emulator produced and the measured
 // step time beside the planner's prediction and the same job on loopback
 // (figures, not assertions: timing limits belong to bench_wan).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -69,6 +70,19 @@ TEST_P(WanE2eTest, TrainsLikeTheReferenceWithinTheDeadline) {
   for (const v1::WorkerInfo& w : workers.workers()) {
     speeds +=
         absl::StrFormat(" %s %.1f", w.labels().at("zone"), w.gemm_gflops());
+  }
+  // A worker under a CPU quota reports the speed the quota leaves it: its
+  // short GEMMs run at full speed inside one quota period, so only the
+  // cgroup's limit tells (1 thread per worker: a third of the other's).
+  for (const auto& [host, share] : scenario->cpu_share) {
+    double capped = 0;
+    double uncapped = 0;
+    for (const v1::WorkerInfo& w : workers.workers()) {
+      double& slot = w.labels().at("zone") == host ? capped : uncapped;
+      slot = std::max(slot, w.gemm_gflops());
+    }
+    EXPECT_GT(capped, 0) << speeds;
+    EXPECT_LT(capped, 2 * share * uncapped) << speeds;
   }
 
   const v1::JobSpec job = MlpJob();

@@ -12,10 +12,12 @@
 namespace pipetrain {
 
 StageHost::StageHost(std::unique_ptr<Backend> backend, StageMetrics* metrics,
-                     DownstreamOpener open_downstream)
+                     DownstreamOpener open_downstream, double compute_share)
     : backend_(std::move(backend)),
       metrics_(metrics),
-      open_downstream_(std::move(open_downstream)) {}
+      open_downstream_(std::move(open_downstream)),
+      compute_share_(compute_share > 0 && compute_share < 1 ? compute_share
+                                                            : 1.0) {}
 
 StageHost::~StageHost() { Shutdown(); }
 
@@ -220,8 +222,18 @@ absl::StatusOr<v1::ProfileResponse> StageHost::Profile(
           "cannot profile while a stage is training");
     }
   }
-  return ProfileLayers(request.spec(), request.batch(), request.repetitions(),
-                       backend_.get(), request.fastest());
+  ASSIGN_OR_RETURN(
+      v1::ProfileResponse response,
+      ProfileLayers(request.spec(), request.batch(), request.repetitions(),
+                    backend_.get(), request.fastest()));
+  if (compute_share_ < 1) {
+    for (v1::LayerProfile& layer : *response.mutable_layers()) {
+      layer.set_forward_seconds(layer.forward_seconds() / compute_share_);
+      layer.set_backward_seconds(layer.backward_seconds() / compute_share_);
+      layer.set_optimizer_seconds(layer.optimizer_seconds() / compute_share_);
+    }
+  }
+  return response;
 }
 
 }  // namespace pipetrain

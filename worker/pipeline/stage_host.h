@@ -56,9 +56,13 @@ class StageHost {
   // receives the stage's metrics. `open_downstream` links a stage that
   // needs a next stage when it starts training or evaluating; without one
   // (a host of single stages, as in tests) such stages fail with
-  // FailedPrecondition.
+  // FailedPrecondition. `compute_share` (in (0, 1]) is the share of the
+  // backend's full speed a sustained computation gets here (a cgroup CPU
+  // quota, CpuShareOf): profiles, short enough to run at full speed, are
+  // reported as that slower.
   StageHost(std::unique_ptr<Backend> backend, StageMetrics* metrics,
-            DownstreamOpener open_downstream = nullptr);
+            DownstreamOpener open_downstream = nullptr,
+            double compute_share = 1.0);
   ~StageHost();
   StageHost(const StageHost&) = delete;
   StageHost& operator=(const StageHost&) = delete;
@@ -141,6 +145,7 @@ class StageHost {
   const std::unique_ptr<Backend> backend_;
   StageMetrics* const metrics_;  // borrowed, may be null
   const DownstreamOpener open_downstream_;
+  const double compute_share_;
 
   mutable absl::Mutex mu_;
   std::shared_ptr<StageExecutor> executor_ ABSL_GUARDED_BY(mu_);

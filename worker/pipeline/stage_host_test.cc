@@ -361,5 +361,35 @@ TEST(StageHostTest, ProfilesTheFastestRunsOverRoundsThroughTheLayers) {
   }
 }
 
+// A worker under a CPU quota (compute_share) reports its profile as that
+// much slower: the short timed runs go at full speed within one quota
+// period, the training it predicts does not.
+TEST(StageHostTest, ProfilesAreScaledToTheComputeShare) {
+  StageHost full(CreateCpuBackend(1), nullptr);
+  StageHost tenth(CreateCpuBackend(1), nullptr, nullptr, 0.1);
+  v1::ProfileRequest request;
+  *request.mutable_spec() = Spec();
+  request.set_repetitions(9);
+  request.set_fastest(true);
+  absl::StatusOr<v1::ProfileResponse> at_full = full.Profile(request);
+  absl::StatusOr<v1::ProfileResponse> at_tenth = tenth.Profile(request);
+  ASSERT_TRUE(at_full.ok()) << at_full.status();
+  ASSERT_TRUE(at_tenth.ok()) << at_tenth.status();
+  ASSERT_EQ(at_tenth->layers_size(), at_full->layers_size());
+  double full_total = 0;
+  double tenth_total = 0;
+  for (int i = 0; i < at_full->layers_size(); ++i) {
+    const v1::LayerProfile& f = at_full->layers(i);
+    const v1::LayerProfile& t = at_tenth->layers(i);
+    full_total += f.forward_seconds() + f.backward_seconds();
+    tenth_total += t.forward_seconds() + t.backward_seconds();
+    EXPECT_EQ(t.activation_bytes(), f.activation_bytes());
+    EXPECT_EQ(t.optimizer_seconds() > 0, f.optimizer_seconds() > 0);
+  }
+  // Ten times as slow, within what timing the same layers twice varies.
+  EXPECT_GT(tenth_total, 4 * full_total);
+  EXPECT_LT(tenth_total, 25 * full_total);
+}
+
 }  // namespace
 }  // namespace pipetrain
