@@ -6,14 +6,19 @@
 //
 //   round-trip time: one warm-up call (connects), then the median of
 //     `rtt_calls` empty calls;
-//   bandwidth: calls carrying a payload that starts at `first_payload_bytes`
-//     and doubles until one call's transfer (its time less the RTT) takes at
-//     least `target_transfer_seconds`, or the payload reaches
+//   bandwidth: one call carrying `first_payload_bytes`, not counted (it
+//     opens TCP's window: on a 100 Mb/s link of 100 ms RTT its megabyte
+//     measured 15 Mb/s, the next one's 92); then calls carrying a payload
+//     that starts at `first_payload_bytes` and doubles until one call's
+//     transfer (its time less the RTT) takes at least `target_transfer_seconds`
+//     and `transfer_rtts` round trips, or the payload reaches
 //     `max_payload_bytes`; then `bandwidth_calls` more calls at that size;
-//     bandwidth = payload / (call time - RTT), the median over the calls at
-//     the final size. Total bytes and time are capped, so a slow link is
-//     measured in about a second (100 Mb/s with 100 ms RTT: ~1.5 s) and a
-//     fast one in tens of milliseconds.
+//     bandwidth = payload / (call time - RTT), the median over the calls at the
+//     final size. A transfer of about one round trip measures the window more
+//     than the link, so long links get long transfers, as the stage streams'
+//     steady flow sees them. Total bytes and time are capped, so a slow link is
+//     measured in a few seconds (100 Mb/s with 100 ms RTT: ~2.5 s) and a fast
+//     one in tens of milliseconds.
 //
 // Every call has a deadline: a peer that is down gives an error within
 // about `call_deadline_seconds`, never a hang.
@@ -40,10 +45,11 @@ struct LinkProbeOptions {
   int64_t first_payload_bytes = 1 << 20;
   int64_t max_payload_bytes = 16 << 20;  // kMaxProbeBytes
   double target_transfer_seconds = 0.1;
+  double transfer_rtts = 3;
   int bandwidth_calls = 1;
   // Caps over the bandwidth phase.
   int64_t max_total_bytes = 96 << 20;
-  double max_seconds = 4.0;
+  double max_seconds = 6.0;
   double call_deadline_seconds = 2.0;
 };
 

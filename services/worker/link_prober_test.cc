@@ -4,6 +4,7 @@
 // target's measurement once.
 #include "services/worker/link_prober.h"
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -59,6 +60,52 @@ TEST_F(LinkProberTest, MeasuresRttAndBandwidthOnLoopback) {
   EXPECT_GT(link->bandwidth_bytes_per_s(), 1e7);
   EXPECT_LT(link->bandwidth_bytes_per_s(), 1e12);
   EXPECT_GT(link->measured_unix_ms(), 0);
+}
+
+// A peer behind a modelled long link: every call takes the round trip,
+// a payload also size / rate, and the first payload of the connection five
+// times that (TCP's window opening, as on a real long link). The
+// measurement is the link's rate, not the window's.
+class ModelledLinkService : public v1::StageService::Service {
+ public:
+  // Slow enough that the real transfer over loopback (slower still under
+  // a sanitizer) is a few percent of the modelled one.
+  static constexpr double kRtt = 0.05;
+  static constexpr double kBytesPerSecond = 10e6;
+
+  grpc::Status Probe(grpc::ServerContext*, const v1::ProbeRequest* request,
+                     v1::ProbeResponse* response) override {
+    const double bytes = static_cast<double>(request->payload().size());
+    double seconds = kRtt;
+    if (bytes > 0) {
+      seconds += (payloads_++ == 0 ? 5 : 1) * bytes / kBytesPerSecond;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    response->set_received_bytes(request->payload().size());
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::atomic<int> payloads_{0};
+};
+
+TEST(LinkProberModelTest, TheFirstPayloadOpensTheWindowAndIsNotCounted) {
+  ModelledLinkService service;
+  int port = 0;
+  auto server = StartGrpcServer("127.0.0.1:0", &service, &port);
+  ASSERT_TRUE(server.ok()) << server.status();
+  v1::ProbeTarget target;
+  target.set_worker_id("w-far");
+  target.set_address(absl::StrCat("127.0.0.1:", port));
+  absl::StatusOr<v1::LinkMeasurement> link = MeasureLink(target);
+  (*server)->Shutdown();
+  ASSERT_TRUE(link.ok()) << link.status();
+  EXPECT_NEAR(link->rtt_seconds(), ModelledLinkService::kRtt, 0.02);
+  // Counting the first payload (a fifth of the rate) would pull the
+  // median of two calls down to about 60%.
+  EXPECT_NEAR(link->bandwidth_bytes_per_s(),
+              ModelledLinkService::kBytesPerSecond,
+              0.15 * ModelledLinkService::kBytesPerSecond);
 }
 
 // A worker's own stack: a quarter of a loopback round trip, positive and
