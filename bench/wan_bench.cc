@@ -224,12 +224,21 @@ void RunScenario(const std::string& scenario_name, int rep,
               double(job.training().steps() * job.training().batch_size()));
         }
       }
-      // Where the planner cut the model, and which worker holds stage 0.
+      // Where the planner cut the model, which worker holds stage 0, and
+      // the compute per micro-batch the planner predicted for each stage.
       std::string plan;
       for (const v1::PlannedStage& stage : run.plan.stages()) {
-        absl::StrAppend(&plan, plan.empty() ? "" : " | ", "layers ",
-                        stage.layer_begin(), "-", stage.layer_end(), " on ",
-                        stage.worker_address());
+        absl::StrAppend(
+            &plan, plan.empty() ? "" : " | ", "layers ", stage.layer_begin(),
+            "-", stage.layer_end(), " on ", stage.worker_address(),
+            absl::StrFormat(" %.1f ms", stage.compute_seconds() * 1e3));
+        if (stage.link_bandwidth_bytes_per_s() > 0) {
+          absl::StrAppend(
+              &plan,
+              absl::StrFormat(", link %.0f Mb/s %.1f ms",
+                              stage.link_bandwidth_bytes_per_s() * 8 / 1e6,
+                              stage.link_rtt_seconds() * 1e3));
+        }
       }
       std::printf("   %-4s %-5s %s\n", model.name.c_str(), wire.c_str(),
                   cell.outcome == "ok" ? absl::StrFormat("step %.4f s (%s)",
