@@ -16,6 +16,7 @@
 // error) and decodes to tensors of the same shapes, each element within
 // half a quantization step of the value it re-encoded.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -68,11 +69,15 @@ bool AllFinite(const Tensor& t) {
 }
 
 // Whether `b` is `a` within half a step of a group of a quantized row
-// whose values span at most `span` (float32 rounding allowed for).
+// whose values span at most `span` (float32 rounding allowed for). A group
+// narrower than levels * FLT_MIN encodes as its minimum (quantize.h): its
+// error is under that range.
 bool WithinHalfStep(float a, float b, double span, int bits) {
-  const double step = span / ((1 << bits) - 1);
+  const int levels = (1 << bits) - 1;
+  const double step = span / levels;
   return std::fabs(static_cast<double>(a) - b) <=
-         0.5 * step * 1.001 + 1e-6 * (std::fabs(a) + span);
+         0.5 * step * 1.001 + 1e-6 * (std::fabs(a) + span) +
+             levels * static_cast<double>(FLT_MIN);
 }
 
 // A decoded message survives a second trip through the codec: unchanged,

@@ -88,8 +88,9 @@ absl::Status RangeOf(const float* src, const float* residual, int64_t n,
   }
   const double scale = span / levels;
   range->offset = lo_all;
-  // A range so small that 1 / scale would overflow encodes as a constant
-  // (its error, below levels * FLT_MIN, is far under any float's ulp).
+  // A range so small that the scale would fall below float32's smallest
+  // normal (and 1 / scale overflow) encodes as a constant at its minimum:
+  // the error is under the range, levels * FLT_MIN (about 3e-36).
   range->scale = scale < FLT_MIN ? 0.0f : static_cast<float>(scale);
   range->inverse = range->scale == 0.0f ? 0.0f : 1.0f / range->scale;
   return absl::OkStatus();

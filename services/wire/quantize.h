@@ -7,7 +7,10 @@
 // offset, its minimum (asymmetric min/max quantization); an element's code
 // is an unsigned integer of `bits` bits (8 or 4) and it decodes to
 //   offset + code * scale,   scale = (max - min) / (2^bits - 1).
-// A constant group (max == min) has scale 0 and every code 0.
+// A constant group (max == min) has scale 0 and every code 0; so has a
+// group whose range is under levels * FLT_MIN (values about 3e-36 apart at
+// most, so its scale would not be a normal float): it decodes to its
+// minimum, within that range.
 //
 // Byte layout of one row (rows follow each other with no gap; a row's
 // byte count is spec/wire_size.h's QuantizedRowBytes, a tensor's is

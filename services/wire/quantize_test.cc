@@ -1,5 +1,6 @@
 #include "services/wire/quantize.h"
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -189,6 +190,36 @@ TEST(Quantize, ConstantGroupsDecodeExactly) {
     for (size_t i = 0; i < x.size(); ++i) {
       EXPECT_EQ(decoded[i], x[i]) << i;
       EXPECT_EQ(residual[i], 0.0f) << i;
+    }
+  }
+}
+
+// A group whose values lie less than levels * FLT_MIN apart (about 3e-36
+// for int8) would need a scale below float32's smallest normal, whose
+// inverse overflows: it encodes as a constant at its minimum. Its error is
+// under that range (not half a step), finite, and carried by the residual.
+// (The frame decoder fuzzer found such a group: a subnormal beside zeros.)
+TEST(Quantize, AGroupTooNarrowForANormalScaleEncodesAsItsMinimum) {
+  for (int bits : {8, 4}) {
+    const float levels = static_cast<float>((1 << bits) - 1);
+    const std::vector<float> x = {1.65329397e-40f, 0.0f, 0.0f,
+                                  0.0f,            3.0f, -1.0f};
+    QuantizeOptions o;
+    o.bits = bits;
+    o.group_size = 3;
+    std::vector<float> residual(x.size(), 0.0f);
+    const std::vector<uint8_t> bytes = Encode(x, 1, 6, o, residual.data());
+    EXPECT_EQ(FloatAt(bytes, 0), 0.0f);  // group 0: scale 0, offset 0
+    EXPECT_EQ(FloatAt(bytes, 4), 0.0f);
+    std::vector<float> decoded(x.size());
+    DequantizeRows(bytes.data(), 1, 6, bits, 3, decoded.data());
+    EXPECT_EQ(decoded[0], 0.0f);
+    EXPECT_LT(std::fabs(decoded[0] - x[0]), levels * FLT_MIN);
+    EXPECT_EQ(residual[0], x[0]);  // the error goes into the next message
+    // The next group has its own range and meets the half-step bound.
+    const double step = 4.0 / levels;
+    for (size_t i = 3; i < x.size(); ++i) {
+      EXPECT_LE(std::fabs(decoded[i] - x[i]), 0.5 * step * 1.0001) << i;
     }
   }
 }
