@@ -202,8 +202,8 @@ TEST(Quantize, ConstantGroupsDecodeExactly) {
 TEST(Quantize, AGroupTooNarrowForANormalScaleEncodesAsItsMinimum) {
   for (int bits : {8, 4}) {
     const float levels = static_cast<float>((1 << bits) - 1);
-    const std::vector<float> x = {1.65329397e-40f, 0.0f, 0.0f,
-                                  0.0f,            3.0f, -1.0f};
+    const std::vector<float> x = {
+        1.65329397e-40f, 0.0f, 0.0f, 0.0f, 3.0f, -1.0f};
     QuantizeOptions o;
     o.bits = bits;
     o.group_size = 3;
