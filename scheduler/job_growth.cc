@@ -169,14 +169,16 @@ void SchedulerCore::GrowJob(const std::string& job_id) {
   start.info = resume->info;
   start.attempt = job.attempt() + 1;  // InstallGrowthPlan counted it
   if (!resume->state.empty()) start.state = &resume->state;
+  int failed_stage = -1;
   absl::StatusOr<int64_t> total =
       LaunchStages(control_, job_id, job.spec(), proposal->plan,
-                   options_.stage_recv_timeout_seconds, start);
+                   options_.stage_recv_timeout_seconds, start, &failed_stage);
   if (!total.ok()) {
     // The recovery path takes over (spares, re-plan, or giving up).
-    absl::MutexLock lock(&mu_);
-    (*jobs_.Find(job_id))->recover_why = absl::StrCat(
-        "could not restart after growing: ", total.status().ToString());
+    OweRecovery(job_id,
+                absl::StrCat("could not restart after growing: ",
+                             total.status().ToString()),
+                total.status(), proposal->plan, failed_stage);
   }
   EndAction(job_id, std::nullopt);
 }

@@ -72,6 +72,13 @@ std::vector<SchedulerCore::Action> SchedulerCore::ChooseActions(
       out.push_back({ActionKind::kReset, id, ""});
     } else if (state == v1::JOB_STATE_RUNNING ||
                state == v1::JOB_STATE_PAUSED) {
+      if (r->recover_why.has_value() && !r->unreachable_worker.empty()) {
+        if (!UnreachableWorkerSettled(workers, r->unreachable_worker,
+                                      r->unreachable_worker_ms)) {
+          continue;  // its lease decides: lost, or alive after all
+        }
+        r->unreachable_worker.clear();
+      }
       std::optional<std::string> why = r->recover_why;
       if (!why.has_value())
         why = JobFailure(workers, Now(), FailureGraceMs(), r);

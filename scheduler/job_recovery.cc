@@ -98,13 +98,14 @@ void SchedulerCore::RecoverJob(const std::string& job_id,
   // A paused job's stages wait, restored, for ResumeJob.
   start.train = job.state() != v1::JOB_STATE_PAUSED;
   if (!resume->state.empty()) start.state = &resume->state;
+  int failed_stage = -1;
   absl::StatusOr<int64_t> total =
       LaunchStages(control_, job_id, job.spec(), *plan,
-                   options_.stage_recv_timeout_seconds, start);
+                   options_.stage_recv_timeout_seconds, start, &failed_stage);
   if (!total.ok()) {
-    absl::MutexLock lock(&mu_);
-    (*jobs_.Find(job_id))->recover_why =
-        absl::StrCat("could not restart: ", total.status().ToString());
+    OweRecovery(job_id,
+                absl::StrCat("could not restart: ", total.status().ToString()),
+                total.status(), *plan, failed_stage);
   } else if (!start.train) {
     EndRestoredRecovery(job_id, "still paused");
   } else if (resume->step >= *total) {
@@ -114,6 +115,22 @@ void SchedulerCore::RecoverJob(const std::string& job_id,
     EndRestoredRecovery(job_id, "nothing left to train, evaluating again");
   }
   EndAction(job_id, std::nullopt);
+}
+
+void SchedulerCore::OweRecovery(const std::string& job_id,
+                                const std::string& why,
+                                const absl::Status& launch,
+                                const v1::Plan& plan, int failed_stage) {
+  absl::MutexLock lock(&mu_);
+  JobRecord* r = *jobs_.Find(job_id);
+  r->recover_why = why;
+  // An unreachable worker is often one that died a moment ago, its lease
+  // not yet run out: the next try waits for the registry's verdict.
+  if (absl::IsUnavailable(launch) && failed_stage >= 0 &&
+      failed_stage < plan.stages_size()) {
+    r->unreachable_worker = plan.stages(failed_stage).worker_id();
+    r->unreachable_worker_ms = Now();
+  }
 }
 
 // A paused job completes no step until it is resumed, and one restored at

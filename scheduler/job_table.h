@@ -40,6 +40,12 @@ struct JobRecord {
   // Recovery (job_recovery.cc): a recovery is owed for this reason (set
   // when the failure was seen, or when a recovery could not relaunch).
   std::optional<std::string> recover_why;
+  // A relaunch could not reach this worker at this time (empty: none):
+  // the owed recovery waits until the registry has settled it (see
+  // UnreachableWorkerSettled), so that a worker killed a moment before,
+  // whose lease has not run out, does not spend a restart per tick.
+  std::string unreachable_worker;
+  int64_t unreachable_worker_ms = 0;
   // When the loss that the running recovery answers was seen, and the step
   // the stages resumed at; the first step completed at or after it ends
   // the recovery (0 / -1: none running).

@@ -24,6 +24,14 @@ std::vector<int> LostStages(
   return out;
 }
 
+bool UnreachableWorkerSettled(
+    const std::map<std::string, v1::WorkerInfo>& workers, const std::string& id,
+    int64_t since_ms) {
+  auto w = workers.find(id);
+  return w == workers.end() || w->second.state() == v1::WORKER_STATE_LOST ||
+         w->second.last_heartbeat_unix_ms() > since_ms;
+}
+
 std::optional<v1::Plan> WithSpares(const v1::Plan& plan,
                                    const std::vector<int>& lost,
                                    const std::vector<v1::WorkerInfo>& spares) {

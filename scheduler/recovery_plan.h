@@ -28,6 +28,13 @@ std::vector<int> LostStages(
     const v1::Plan& plan, const std::map<std::string, v1::WorkerInfo>& workers,
     const std::string& job_id);
 
+// Whether a relaunch that could not reach worker `id` at `since_ms` may be
+// tried again: the registry has settled it, either LOST (or gone; the
+// repair replaces it) or heard from after `since_ms` (alive: try it again).
+bool UnreachableWorkerSettled(
+    const std::map<std::string, v1::WorkerInfo>& workers, const std::string& id,
+    int64_t since_ms);
+
 // `plan` with the worker of each stage in `lost` replaced by the next of
 // `spares` (same layers, same order); nullopt when spares are too few.
 std::optional<v1::Plan> WithSpares(const v1::Plan& plan,

@@ -266,6 +266,13 @@ class SchedulerCore {
   // paused job, or one restored at its last step): the RECOVERED event
   // ("restored at step S from version V; `then`").
   void EndRestoredRecovery(const std::string& job_id, const std::string& then);
+  // A relaunch (of a recovery or a growth) failed with `launch` at
+  // `failed_stage` of `plan`: a recovery is owed for `why`; an unreachable
+  // stage's worker is remembered so that the next try waits for the
+  // registry to settle it.
+  void OweRecovery(const std::string& job_id, const std::string& why,
+                   const absl::Status& launch, const v1::Plan& plan,
+                   int failed_stage) ABSL_LOCKS_EXCLUDED(mu_);
   // The plan to resume on; sets *replanned when the stage count or cut
   // changed. Unavailable when no worker can take the job now.
   absl::StatusOr<v1::Plan> RepairPlan(const v1::Job& job, const v1::Plan& old,

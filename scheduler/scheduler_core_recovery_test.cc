@@ -128,6 +128,72 @@ TEST_F(RecoveryTest, AFailedStageRestartsOnTheSameWorkers) {
   EXPECT_EQ(Job(job.id()).state(), v1::JOB_STATE_COMPLETED);
 }
 
+// A stage fails at once when its neighbour's process dies (a broken
+// stream), while the dead worker's lease still runs: the relaunch on the
+// same plan cannot reach it. The job waits for the registry's verdict
+// instead of spending a restart on every tick (10 ticks used to exhaust
+// maxRestarts before the lease ran out), then takes a spare.
+TEST_F(RecoveryTest, AWorkerDeadBeforeItsLeaseEndsCostsOneFailedRelaunch) {
+  Start();
+  const v1::Job job = RunningJobOn(4, 3, 10);
+  const v1::Plan before = PlanOf(job.id());
+  Train(2);
+  const std::string dead = before.stages(1).worker_id();
+  control_.Kill(before.stages(1).worker_address());
+  workers_.erase(dead);
+  control_.FailStage(before.stages(2).worker_address(),
+                     "the stream from stage 1 broke");
+  Heartbeats();
+  core_->Tick();
+  v1::Job waiting = Job(job.id());
+  ASSERT_EQ(waiting.state(), v1::JOB_STATE_RUNNING) << waiting.error();
+  EXPECT_EQ(waiting.restarts(), 1);  // the relaunch that found it dead
+  for (int tick = 0; tick < 12; ++tick) {
+    now_ms_ += kLeaseMs / 20;
+    Heartbeats();
+    core_->Tick();
+  }
+  waiting = Job(job.id());
+  ASSERT_EQ(waiting.state(), v1::JOB_STATE_RUNNING) << waiting.error();
+  EXPECT_EQ(waiting.restarts(), 1);
+  EXPECT_EQ(PlanOf(job.id()).stages(1).worker_id(), dead);
+
+  now_ms_ += kLeaseMs;  // the lease runs out: LOST, and a spare takes over
+  Heartbeats();
+  core_->Tick();
+  const v1::Job recovered = Job(job.id());
+  ASSERT_EQ(recovered.state(), v1::JOB_STATE_RUNNING) << recovered.error();
+  EXPECT_EQ(recovered.restarts(), 2);
+  EXPECT_NE(PlanOf(job.id()).stages(1).worker_id(), dead);
+  Train(10);
+  EXPECT_EQ(Job(job.id()).state(), v1::JOB_STATE_COMPLETED);
+}
+
+// A worker that could not be reached but heartbeats on (a passing network
+// fault) is tried again at once, on the same plan.
+TEST_F(RecoveryTest, AnUnreachableWorkerThatHeartbeatsIsTriedAgain) {
+  Start();
+  const v1::Job job = RunningJobOn(3, 3, 8);
+  const v1::Plan before = PlanOf(job.id());
+  Train(2);
+  const std::string address = before.stages(0).worker_address();
+  control_.FailNext(Method::kConfigure, address,
+                    absl::UnavailableError("connection refused"));
+  control_.FailStage(before.stages(1).worker_address(), "stream reset");
+  Heartbeats();
+  core_->Tick();
+  EXPECT_EQ(Job(job.id()).restarts(), 1);
+  now_ms_ += 1;
+  Heartbeats();  // heard from after the failed relaunch
+  core_->Tick();
+  const v1::Job recovered = Job(job.id());
+  ASSERT_EQ(recovered.state(), v1::JOB_STATE_RUNNING) << recovered.error();
+  EXPECT_EQ(recovered.restarts(), 2);
+  EXPECT_EQ(PlanOf(job.id()).stages(0).worker_address(), address);
+  Train(8);
+  EXPECT_EQ(Job(job.id()).state(), v1::JOB_STATE_COMPLETED);
+}
+
 TEST_F(RecoveryTest, AJobGivesUpAfterMaxRestartsWithTheReason) {
   Start();
   const v1::Job job = RunningJobOn(5, 3, 10, /*max_restarts=*/1);

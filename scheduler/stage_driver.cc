@@ -62,12 +62,14 @@ int64_t TotalSteps(const v1::TrainingSpec& spec, int64_t steps_per_epoch) {
   return spec.steps() > 0 ? spec.steps() : spec.epochs() * steps_per_epoch;
 }
 
-absl::StatusOr<int64_t> LaunchStages(StageControl* control,
-                                     const std::string& job_id,
-                                     const v1::JobSpec& spec,
-                                     const v1::Plan& plan,
-                                     double recv_timeout_seconds,
-                                     const StageStart& start) {
+absl::StatusOr<int64_t> LaunchStages(
+    StageControl* control, const std::string& job_id, const v1::JobSpec& spec,
+    const v1::Plan& plan, double recv_timeout_seconds, const StageStart& start,
+    int* failed_stage) {
+  const auto failed = [&](const absl::Status& status, int s) {
+    if (failed_stage != nullptr) *failed_stage = s;
+    return AtStage(status, s, plan.stages(s).worker_address());
+  };
   std::vector<v1::StageConfig> configs =
       StageConfigs(job_id, spec, plan, recv_timeout_seconds);
   for (v1::StageConfig& c : configs) {
@@ -80,20 +82,20 @@ absl::StatusOr<int64_t> LaunchStages(StageControl* control,
     const std::string& address = plan.stages(s).worker_address();
     absl::StatusOr<v1::ConfigureResponse> r =
         control->Configure(address, configs[s]);
-    if (!r.ok()) return AtStage(r.status(), s, address);
+    if (!r.ok()) return failed(r.status(), s);
     if (s == 0) steps_per_epoch = r->steps_per_epoch();
   }
   for (int s = 0; start.state != nullptr && s < plan.stages_size(); ++s) {
     const std::string& address = plan.stages(s).worker_address();
     absl::StatusOr<int64_t> r = control->RestoreState(
         address, job_id, start.info, StateForStage(*start.state, configs[s]));
-    if (!r.ok()) return AtStage(r.status(), s, address);
+    if (!r.ok()) return failed(r.status(), s);
   }
   const int64_t total = TotalSteps(spec.training(), steps_per_epoch);
   for (int s = plan.stages_size() - 1; start.train && s >= 0; --s) {
     const std::string& address = plan.stages(s).worker_address();
     absl::StatusOr<int64_t> r = control->Train(address, job_id, total);
-    if (!r.ok()) return AtStage(r.status(), s, address);
+    if (!r.ok()) return failed(r.status(), s);
   }
   return total;
 }

@@ -48,13 +48,12 @@ struct StageStart {
 // upstream dials) with start_step = start.step; with a state, every stage
 // expects a restore and gets its layers' tensors; then (when start.train)
 // starts them training until the total, last first. Returns the total steps;
-// the first failing call's error, naming the stage.
-absl::StatusOr<int64_t> LaunchStages(StageControl* control,
-                                     const std::string& job_id,
-                                     const v1::JobSpec& spec,
-                                     const v1::Plan& plan,
-                                     double recv_timeout_seconds,
-                                     const StageStart& start = {});
+// the first failing call's error, naming the stage (and, when
+// failed_stage is given, its index there).
+absl::StatusOr<int64_t> LaunchStages(
+    StageControl* control, const std::string& job_id, const v1::JobSpec& spec,
+    const v1::Plan& plan, double recv_timeout_seconds,
+    const StageStart& start = {}, int* failed_stage = nullptr);
 
 // Pauses at a step boundary: stage 0 answers the step after the one it is
 // in, a target every later stage can still reach, and the others get it.
