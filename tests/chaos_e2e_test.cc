@@ -45,6 +45,15 @@ double SecondsSince(Clock::time_point t) {
 
 class ChaosE2eTest : public SchedulerTest {
  protected:
+  // The planning inputs are pinned: with measured ones a spare could look
+  // faster by noise and the job move onto it between the test reading the
+  // plan and killing "its" worker (one CI run killed a worker the job had
+  // just left, and no recovery came).
+  ChaosE2eTest() {
+    extra_worker_flags_ = {kPinnedSpeed};
+    extra_scheduler_flags_ = PinnedLinkFlags();
+  }
+
   enum class Fault { kWorker, kScheduler };
 
   v1::JobSpec ChaosSpec(v1::ScheduleKindProto schedule) {

@@ -358,25 +358,11 @@ TEST_F(RecoveryE2eTest, AsynchronousSchedulesRecoverAndStillLearn) {
   }
 }
 
-// Every worker tells the planner the same GEMM speed: measured on a busy
-// machine the speeds differ by up to ten times from one start to the next,
-// and the growth decision would follow that noise instead of the stage
-// count.
-constexpr char kPinnedSpeed[] = "--gemm_gflops=50";
-
-// For the same reason the links are pinned: the measured loopback round
-// trips (0.1 to 2 ms on a busy machine) and the per-message overhead taken
-// from them would decide whether a third stage pays off.
-constexpr char kPinnedBandwidth[] =
-    "--zone_bandwidth=z0-z0=1e10,z0-z1=1e10,z1-z1=1e10";
-constexpr char kPinnedLatency[] = "--zone_latency=z0-z0=0,z0-z1=0,z1-z1=0";
-
 class GrowthE2eTest : public RecoveryE2eTest {
  protected:
   GrowthE2eTest() {
     extra_worker_flags_ = {kPinnedSpeed};
-    extra_scheduler_flags_ = {kPinnedBandwidth, kPinnedLatency,
-                              "--message_overhead_seconds=0"};
+    extra_scheduler_flags_ = PinnedLinkFlags();
   }
 };
 

@@ -112,6 +112,12 @@ void ExpectWeightsNear(const std::vector<std::vector<float>>& got,
   }
 }
 
+std::vector<std::string> PinnedLinkFlags() {
+  return {"--zone_bandwidth=z0-z0=1e10,z0-z1=1e10,z1-z1=1e10",
+          "--zone_latency=z0-z0=0,z0-z1=0,z1-z1=0",
+          "--message_overhead_seconds=0"};
+}
+
 void SchedulerTest::SetUp() {
   std::vector<std::string> flags = SchedulerFlags();
   flags.insert(flags.end(), extra_scheduler_flags_.begin(),
@@ -221,8 +227,11 @@ Worker* SchedulerTest::WorkerAt(const std::string& address) {
 }
 
 void SchedulerTest::AddWorker(const std::string& zone) {
-  auto w = StartWorker(
-      {"--scheduler=" + scheduler_.address, "--labels=zone=" + zone});
+  std::vector<std::string> flags = {"--scheduler=" + scheduler_.address,
+                                    "--labels=zone=" + zone};
+  flags.insert(flags.end(), extra_worker_flags_.begin(),
+               extra_worker_flags_.end());
+  auto w = StartWorker(flags);
   ASSERT_TRUE(w.ok()) << w.status();
   workers_.push_back(std::move(*w));
 }

@@ -18,6 +18,17 @@ namespace pipetrain::testing {
 // The lease and heartbeat every scheduler of these tests runs with.
 std::vector<std::string> SchedulerFlags();
 
+// Planning inputs pinned, for tests of what the scheduler does around a
+// plan (growth, recovery) rather than of the plan itself. Every worker
+// tells the planner the same GEMM speed: measured on a busy machine the
+// speeds differ by up to ten times from one start to the next, and the
+// growth decision (a third stage, or a move onto "faster" spares) would
+// follow that noise. For the same reason the links are pinned: the measured
+// loopback round trips (0.1 to 2 ms on a busy machine) and the per-message
+// overhead taken from them would decide whether a third stage pays off.
+inline constexpr char kPinnedSpeed[] = "--gemm_gflops=50";
+std::vector<std::string> PinnedLinkFlags();
+
 // examples/<name> with `steps` steps (and no epoch count).
 v1::TrainingSpec LoadSpec(const std::string& name, int64_t steps);
 // The Fashion-MNIST MLP example.
@@ -82,7 +93,8 @@ class SchedulerTest : public ::testing::Test {
   // Flags the scheduler starts with besides SchedulerFlags(); a derived
   // fixture sets them in its constructor.
   std::vector<std::string> extra_scheduler_flags_;
-  // Flags the three workers start with besides their scheduler and zone.
+  // Flags every worker started by SetUp or AddWorker gets besides its
+  // scheduler and zone.
   std::vector<std::string> extra_worker_flags_;
   TempDir dir_;
   Scheduler scheduler_;
