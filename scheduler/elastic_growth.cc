@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "scheduler/job_events.h"
 #include "scheduler/plan_builder.h"
+#include "spec/profile_scale.h"
 
 namespace pipetrain {
 namespace {
@@ -17,12 +18,7 @@ namespace {
 v1::ProfileResponse Rescaled(v1::ProfileResponse profile,
                              double measured_gflops, double reference_gflops) {
   if (measured_gflops <= 0 || reference_gflops <= 0) return profile;
-  const double factor = measured_gflops / reference_gflops;
-  for (v1::LayerProfile& l : *profile.mutable_layers()) {
-    l.set_forward_seconds(l.forward_seconds() * factor);
-    l.set_backward_seconds(l.backward_seconds() * factor);
-    l.set_optimizer_seconds(l.optimizer_seconds() * factor);
-  }
+  ScaleLayerTimes(measured_gflops / reference_gflops, &profile);
   return profile;
 }
 

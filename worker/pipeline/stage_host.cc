@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "spec/profile_scale.h"
 #include "worker/pipeline/profiler.h"
 #include "worker/pipeline/stage_config.h"
 
@@ -226,13 +227,7 @@ absl::StatusOr<v1::ProfileResponse> StageHost::Profile(
       v1::ProfileResponse response,
       ProfileLayers(request.spec(), request.batch(), request.repetitions(),
                     backend_.get(), request.fastest()));
-  if (compute_share_ < 1) {
-    for (v1::LayerProfile& layer : *response.mutable_layers()) {
-      layer.set_forward_seconds(layer.forward_seconds() / compute_share_);
-      layer.set_backward_seconds(layer.backward_seconds() / compute_share_);
-      layer.set_optimizer_seconds(layer.optimizer_seconds() / compute_share_);
-    }
-  }
+  ScaleLayerTimes(1.0 / compute_share_, &response);
   return response;
 }
 
