@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/median.h"
 #include "common/status_macros.h"
 #include "scheduler/step_prediction.h"
 #include "spec/job_spec.h"
@@ -344,21 +345,17 @@ std::vector<LayerWireBytes> WireBytesPerLayer(const v1::JobSpec& spec) {
   return out;
 }
 
-std::string MessageOverheadSource(double configured,
-                                  const std::vector<v1::WorkerInfo>& workers) {
-  if (configured >= 0) return "--message_overhead_seconds";
-  for (const v1::WorkerInfo& w : workers) {
-    if (w.message_overhead_seconds() > 0) {
-      return "the median of what the workers measured on their own gRPC "
-             "stacks";
-    }
-  }
-  return "a quarter of the median probe RTT";
-}
+namespace {
 
-double MessageOverhead(double configured,
-                       const std::vector<v1::WorkerInfo>& workers) {
-  if (configured >= 0) return configured;
+// The per-message overhead the planner uses, and where it comes from.
+struct OverheadFigure {
+  double seconds = 0;
+  std::string source;
+};
+
+OverheadFigure DecideMessageOverhead(
+    double configured, const std::vector<v1::WorkerInfo>& workers) {
+  if (configured >= 0) return {configured, "--message_overhead_seconds"};
   // What the workers measured on their own gRPC stacks, with no network
   // in the way.
   std::vector<double> own;
@@ -368,9 +365,9 @@ double MessageOverhead(double configured,
     }
   }
   if (!own.empty()) {
-    std::sort(own.begin(), own.end());
-    const size_t n = own.size();
-    return n % 2 == 1 ? own[n / 2] : 0.5 * (own[n / 2 - 1] + own[n / 2]);
+    return {Median(own),
+            "the median of what the workers measured on their own gRPC "
+            "stacks"};
   }
   // Else a quarter of the links' round trips: right on loopback and a LAN,
   // far too high across a WAN, where the round trip is the network's.
@@ -382,12 +379,20 @@ double MessageOverhead(double configured,
       }
     }
   }
-  if (rtts.empty()) return 0.0;
-  std::sort(rtts.begin(), rtts.end());
-  const size_t n = rtts.size();
-  const double median =
-      n % 2 == 1 ? rtts[n / 2] : 0.5 * (rtts[n / 2 - 1] + rtts[n / 2]);
-  return median / 4;
+  if (rtts.empty()) return {0.0, "nothing measured yet"};
+  return {Median(rtts) / 4, "a quarter of the median probe RTT"};
+}
+
+}  // namespace
+
+std::string MessageOverheadSource(double configured,
+                                  const std::vector<v1::WorkerInfo>& workers) {
+  return DecideMessageOverhead(configured, workers).source;
+}
+
+double MessageOverhead(double configured,
+                       const std::vector<v1::WorkerInfo>& workers) {
+  return DecideMessageOverhead(configured, workers).seconds;
 }
 
 void ApplyLinkOverrides(const Topology& topology,

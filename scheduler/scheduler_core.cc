@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/median.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
 #include "scheduler/job_progress.h"
@@ -293,11 +294,8 @@ absl::StatusOr<v1::Plan> SchedulerCore::GetPlan(const v1::GetPlanRequest& r) {
   std::vector<double> steps(record->recent_step_seconds.begin(),
                             record->recent_step_seconds.end());
   if (!steps.empty()) {
-    std::sort(steps.begin(), steps.end());
-    const size_t n = steps.size();
-    plan.set_measured_step_seconds(
-        n % 2 == 1 ? steps[n / 2] : 0.5 * (steps[n / 2 - 1] + steps[n / 2]));
-    plan.set_measured_steps(static_cast<int64_t>(n));
+    plan.set_measured_step_seconds(Median(steps));
+    plan.set_measured_steps(static_cast<int64_t>(steps.size()));
   }
   return plan;
 }

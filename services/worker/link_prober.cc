@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/median.h"
 #include "common/status_macros.h"
 #include "services/rpc/grpc_util.h"
 
@@ -17,12 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double Median(std::vector<double> xs) {
-  std::sort(xs.begin(), xs.end());
-  const size_t n = xs.size();
-  return n % 2 == 1 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
 }
 
 // One Probe call carrying `payload` bytes; its wall time in seconds.
