@@ -7,18 +7,25 @@
 #include "common/status_macros.h"
 #include "scheduler/job_events.h"
 #include "scheduler/plan_builder.h"
+#include "scheduler/worker_kinds.h"
 #include "spec/profile_scale.h"
 
 namespace pipetrain {
 namespace {
 
-// A profile measured on a worker of `measured_gflops` as the worker of
-// `reference_gflops` would see it (the planner takes workers[0] as the
-// reference for speeds; unknown speeds count as equal, as there).
+// A profile measured on `measured` as `reference` would see it (the
+// planner takes workers[0] as the reference for speeds): unchanged on a
+// worker of the same kind, else scaled by their GEMM speeds (unknown
+// speeds count as equal, as there).
 v1::ProfileResponse Rescaled(v1::ProfileResponse profile,
-                             double measured_gflops, double reference_gflops) {
-  if (measured_gflops <= 0 || reference_gflops <= 0) return profile;
-  ScaleLayerTimes(measured_gflops / reference_gflops, &profile);
+                             const v1::WorkerInfo& measured,
+                             const v1::WorkerInfo& reference) {
+  const double from = measured.gemm_gflops();
+  const double to = reference.gemm_gflops();
+  if (SameWorkerKind(measured, reference) || from <= 0 || to <= 0) {
+    return profile;
+  }
+  ScaleLayerTimes(from / to, &profile);
   return profile;
 }
 
@@ -33,8 +40,7 @@ absl::StatusOr<GrowthProposal> ProposeGrowth(const GrowthInputs& in) {
   now.job_id = in.job_id;
   now.spec = in.spec;
   now.spec.set_num_stages(in.current_stages);
-  now.profile = Rescaled(in.profile, in.joining[0].gemm_gflops(),
-                         in.current[0].gemm_gflops());
+  now.profile = Rescaled(in.profile, in.joining[0], in.current[0]);
   now.workers = in.current;
   now.topology = in.topology;
   now.message_overhead_seconds = in.message_overhead_seconds;
@@ -44,6 +50,7 @@ absl::StatusOr<GrowthProposal> ProposeGrowth(const GrowthInputs& in) {
   PlanInputs grown = now;
   grown.spec = in.spec;
   grown.profile = in.profile;
+  grown.kind_profiles = in.kind_profiles;
   grown.workers = in.joining;
   grown.workers.insert(grown.workers.end(), in.current.begin(),
                        in.current.end());

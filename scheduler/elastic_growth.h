@@ -11,6 +11,7 @@
 #define PIPETRAIN_SCHEDULER_ELASTIC_GROWTH_H_
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct GrowthInputs {
   // was measured on joining[0].
   std::vector<v1::WorkerInfo> joining;
   v1::ProfileResponse profile;
+  // Profiles measured on other joining workers, one per other kind
+  // (PlanInputs::kind_profiles).
+  std::map<std::string, v1::ProfileResponse> kind_profiles;
   Topology topology;
   // PlanInputs::message_overhead_seconds.
   double message_overhead_seconds = -1.0;

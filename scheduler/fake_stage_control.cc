@@ -52,15 +52,24 @@ absl::StatusOr<v1::ProfileResponse> FakeStageControl::Profile(
   RETURN_IF_ERROR(Enter({Method::kProfile, address, "", asked, {}}));
   v1::ProfileResponse out;
   out.set_device("fake");
+  auto slowdown = profile_slowdown_.find(address);
+  const double factor =
+      slowdown == profile_slowdown_.end() ? 1.0 : slowdown->second;
   for (int l = 0; l < request.spec().model().layers_size(); ++l) {
     v1::LayerProfile* p = out.add_layers();
     p->set_layer(l);
-    p->set_forward_seconds(0.001);
-    p->set_backward_seconds(0.002);
+    p->set_forward_seconds(0.001 * factor);
+    p->set_backward_seconds(0.002 * factor);
     p->set_activation_bytes(1024);
     p->set_parameter_bytes(4096);
   }
   return out;
+}
+
+void FakeStageControl::SetProfileSlowdown(const std::string& address,
+                                          double factor) {
+  absl::MutexLock lock(&mu_);
+  profile_slowdown_[address] = factor;
 }
 
 absl::StatusOr<v1::ConfigureResponse> FakeStageControl::Configure(

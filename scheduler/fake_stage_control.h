@@ -127,6 +127,9 @@ class FakeStageControl final : public StageControl {
   void SetEvalResult(const v1::EvalResult& result);
   // How long an Evaluate call waits for the job's other stages (default 5 s).
   void SetEvaluateWait(std::chrono::milliseconds wait);
+  // Profile on `address` reports every layer `factor` times slower than
+  // the default 1 ms forward, 2 ms backward.
+  void SetProfileSlowdown(const std::string& address, double factor);
   // The next call of `method` to `address` ("" = any) fails with `status`.
   void FailNext(Method method, const std::string& address, absl::Status status);
   // The next call of `method` to `address` ("" = any) blocks until Release.
@@ -195,6 +198,7 @@ class FakeStageControl final : public StageControl {
   std::vector<Script> scripts_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, EvalBarrier> barriers_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> killed_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, double> profile_slowdown_ ABSL_GUARDED_BY(mu_);
   int held_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t release_generation_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status release_outcome_ ABSL_GUARDED_BY(mu_);

@@ -110,6 +110,9 @@ absl::StatusOr<GrowthProposal> SchedulerCore::ProposeGrowthFor(
   profile_request.set_fastest(true);
   ASSIGN_OR_RETURN(in.profile,
                    control_->Profile(joining[0].address(), profile_request));
+  // The other kinds among the joining workers (idle, so they can be
+  // asked); a kind only the job's own workers have keeps its GEMM speed.
+  ProfileOtherKinds(job.id(), joining, profile_request, &in.kind_profiles);
   in.topology = options_.topology;
   in.message_overhead_seconds = options_.message_overhead_seconds;
   in.bubble = [this, &job](int k) {

@@ -19,6 +19,7 @@
 #include "scheduler/recovery_plan.h"
 #include "scheduler/scheduler_core.h"
 #include "scheduler/stage_driver.h"
+#include "scheduler/worker_kinds.h"
 
 namespace pipetrain {
 namespace {
@@ -259,6 +260,30 @@ std::string SchedulerCore::AwaitLinks(
       missing, pairs, waited());
 }
 
+std::string SchedulerCore::ProfileOtherKinds(
+    const std::string& job_id, const std::vector<v1::WorkerInfo>& workers,
+    const v1::ProfileRequest& request,
+    std::map<std::string, v1::ProfileResponse>* profiles) {
+  std::string note;
+  const std::vector<std::vector<int>> kinds = GroupWorkerKinds(workers);
+  for (size_t k = 1; k < kinds.size(); ++k) {
+    const v1::WorkerInfo& w = workers[kinds[k].front()];
+    absl::StatusOr<v1::ProfileResponse> profile =
+        control_->Profile(w.address(), request);
+    if (profile.ok()) {
+      (*profiles)[w.id()] = *std::move(profile);
+      continue;
+    }
+    PT_LOG(WARNING) << job_id << ": profiling " << w.id() << " failed ("
+                    << profile.status()
+                    << "); its kind is planned at its GEMM speed";
+    absl::StrAppend(&note, "\nprofiling ", w.id(), " failed (",
+                    profile.status().ToString(),
+                    "); its kind is planned at its GEMM speed");
+  }
+  return note;
+}
+
 absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
     const v1::Job& job, std::vector<v1::WorkerInfo> idle, bool* claimed) {
   const auto start = std::chrono::steady_clock::now();
@@ -274,6 +299,8 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
   const std::string links_note = AwaitLinks(idle, options_.probe_wait_seconds);
   ASSIGN_OR_RETURN(inputs.profile,
                    control_->Profile(idle[0].address(), profile_request));
+  const std::string kinds_note =
+      ProfileOtherKinds(job.id(), idle, profile_request, &inputs.kind_profiles);
   // The candidates again, with the links measured meanwhile.
   for (v1::WorkerInfo& w : idle) {
     if (std::optional<v1::WorkerInfo> now = registry_.Get(w.id())) {
@@ -290,6 +317,7 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
   if (!links_note.empty()) {
     plan.set_explanation(absl::StrCat(plan.explanation(), "\n", links_note));
   }
+  plan.set_explanation(absl::StrCat(plan.explanation(), kinds_note));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

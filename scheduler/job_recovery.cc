@@ -249,6 +249,8 @@ absl::StatusOr<v1::Plan> SchedulerCore::Replan(
   const std::string links_note = AwaitLinks(workers, 0);
   ASSIGN_OR_RETURN(inputs.profile,
                    control_->Profile(workers[0].address(), profile_request));
+  const std::string kinds_note = ProfileOtherKinds(
+      job.id(), workers, profile_request, &inputs.kind_profiles);
   inputs.workers = std::move(workers);
   inputs.topology = options_.topology;
   inputs.message_overhead_seconds = options_.message_overhead_seconds;
@@ -259,6 +261,7 @@ absl::StatusOr<v1::Plan> SchedulerCore::Replan(
   if (!links_note.empty()) {
     plan.set_explanation(absl::StrCat(plan.explanation(), "\n", links_note));
   }
+  plan.set_explanation(absl::StrCat(plan.explanation(), kinds_note));
   plan.set_planning_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count());

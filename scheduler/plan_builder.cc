@@ -9,6 +9,7 @@
 #include "common/median.h"
 #include "common/status_macros.h"
 #include "scheduler/step_prediction.h"
+#include "scheduler/worker_kinds.h"
 #include "spec/job_spec.h"
 #include "spec/model_spec.h"
 #include "spec/schedule.h"
@@ -86,7 +87,7 @@ std::vector<int> EvenCuts(int layers, int chunks) {
   return cuts;
 }
 
-PlanRequest BuildRequest(const PlanInputs& in) {
+PlanRequest BuildRequest(const PlanInputs& in, const WorkerSpeeds& speeds) {
   PlanRequest request;
   const std::vector<LayerWireBytes> wire = WireBytesPerLayer(in.spec);
   for (const v1::LayerProfile& l : in.profile.layers()) {
@@ -112,12 +113,11 @@ PlanRequest BuildRequest(const PlanInputs& in) {
   }
   request.message_overhead_seconds =
       MessageOverhead(in.message_overhead_seconds, in.workers);
-  const double reference = in.workers[0].gemm_gflops();
-  for (const v1::WorkerInfo& w : in.workers) {
+  for (size_t i = 0; i < in.workers.size(); ++i) {
+    const v1::WorkerInfo& w = in.workers[i];
     PlannerWorker p;
     p.id = w.id();
-    p.speed = reference > 0 && w.gemm_gflops() > 0 ? w.gemm_gflops() / reference
-                                                   : 1.0;
+    p.speed = speeds.speed[i];
     p.memory_bytes = w.memory_bytes();
     auto zone = w.labels().find("zone");
     p.zone = zone == w.labels().end() ? "" : zone->second;
@@ -474,7 +474,9 @@ absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
   if (in.workers.empty()) {
     return absl::InvalidArgumentError("no workers to plan on");
   }
-  PlanRequest request = BuildRequest(in);
+  const WorkerSpeeds speeds =
+      SpeedsByKind(in.workers, in.profile, in.kind_profiles);
+  PlanRequest request = BuildRequest(in, speeds);
   const int v = ChunksPerWorker(in.spec);
   PlanRequest search = request;
   if (v > 1) {
@@ -533,7 +535,7 @@ absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
                                    out.predicted_step_seconds() * 1e3)));
   out.set_explanation(absl::StrCat("profiled on ", in.workers[0].id(), " (",
                                    in.profile.device(), ")\n",
-                                   out.explanation()));
+                                   speeds.explanation, out.explanation()));
   return out;
 }
 

@@ -1,5 +1,6 @@
-// Plan building: from a job spec, one worker's layer profile and the idle
-// workers to the v1::Plan the scheduler launches, including the interleaved
+// Plan building: from a job spec, the layer profile of one worker (and of
+// one worker per other kind: worker_kinds.h) and the idle workers to the
+// v1::Plan the scheduler launches, including the interleaved
 // schedule's chunks and the predicted step time. Also the spec checks that
 // planning relies on.
 //
@@ -22,6 +23,7 @@
 #define PIPETRAIN_SCHEDULER_PLAN_BUILDER_H_
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,10 @@ struct PlanInputs {
   v1::JobSpec spec;
   // Per-layer costs measured on workers[0] (the reference for speeds).
   v1::ProfileResponse profile;
+  // Profiles measured on other workers, by worker id: one per worker kind
+  // besides workers[0]'s sets that kind's speed; a kind without one is
+  // scaled by GEMM speed (worker_kinds.h).
+  std::map<std::string, v1::ProfileResponse> kind_profiles;
   // Candidates, idle and matching the job's selector; at least one.
   std::vector<v1::WorkerInfo> workers;
   // Zone overrides and defaults; the workers' measured links

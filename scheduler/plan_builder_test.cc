@@ -167,6 +167,50 @@ TEST(BuildPlanTest, AnInterleavedWorkerThatCannotHoldItsChunksFailsThePlan) {
                         "[6, 8): they need 57344 bytes"));
 }
 
+// Worker kinds (worker_kinds.h): GEMM noise between workers of one kind
+// moves no layer, and another kind is planned at the speed its own profile
+// shows.
+TEST(BuildPlanTest, WorkersOfOneKindShareASpeedAndOthersTheirProfiles) {
+  PlanInputs in = Inputs(6, 3, 3, 0);
+  in.workers[1].set_gemm_gflops(14);  // one kind: an even split
+  auto even = BuildPlan(in);
+  ASSERT_TRUE(even.ok()) << even.status();
+  for (const v1::PlannedStage& s : even->stages()) {
+    EXPECT_EQ(s.layer_end() - s.layer_begin(), 2) << even->explanation();
+  }
+  // w-2 is another device: four times the GEMM speed, but the model runs
+  // at half speed there (its profile): it takes one layer (6 ms), the
+  // others three and two (9 and 6 ms).
+  in.workers[2].set_device("other");
+  in.workers[2].set_gemm_gflops(40);
+  v1::ProfileResponse slow = Profile(6);
+  for (v1::LayerProfile& l : *slow.mutable_layers()) {
+    l.set_forward_seconds(2 * l.forward_seconds());
+    l.set_backward_seconds(2 * l.backward_seconds());
+  }
+  in.kind_profiles["w-2"] = slow;
+  auto plan = BuildPlan(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int slow_layers = -1;
+  for (const v1::PlannedStage& s : plan->stages()) {
+    if (s.worker_id() == "w-2") slow_layers = s.layer_end() - s.layer_begin();
+  }
+  EXPECT_EQ(slow_layers, 1) << plan->explanation();
+  EXPECT_NEAR(plan->bottleneck_seconds(), 0.009, 1e-9);
+  EXPECT_THAT(plan->explanation(),
+              HasSubstr("kind 2: other x1 (w-2): speed 0.5, profiled on w-2"));
+  // Without its profile the GEMM ratio would give it the most layers.
+  in.kind_profiles.clear();
+  auto by_gemm = BuildPlan(in);
+  ASSERT_TRUE(by_gemm.ok()) << by_gemm.status();
+  EXPECT_THAT(by_gemm->explanation(), HasSubstr("(not profiled)"));
+  for (const v1::PlannedStage& s : by_gemm->stages()) {
+    if (s.worker_id() == "w-2") {
+      EXPECT_GE(s.layer_end() - s.layer_begin(), 3) << by_gemm->explanation();
+    }
+  }
+}
+
 TEST(CheckJobSpecTest, RejectsWhatCannotBePlanned) {
   v1::JobSpec spec;
   for (int l = 0; l < 4; ++l) {

@@ -5,7 +5,7 @@
 //   JobTable (job_table.h)        jobs, plans and the state machine
 //   StateWriter (state_writer.h)  persistence, written off the locks
 //   WorkerRegistry                workers and their leases
-//   BuildPlan (plan_builder.h)    profile + workers -> plan
+//   BuildPlan (plan_builder.h)    profiles + workers -> plan
 //   stage_driver.h                launch, pause, resume, stop, evaluate
 //   ApplyStageReport (job_progress.h)  heartbeats -> progress, evaluations
 //   ChromeTraceJson (trace_export.h)   traces -> Chrome trace JSON
@@ -231,15 +231,26 @@ class SchedulerCore {
   // two launches never claim the same idle workers.
   void StartPendingJobs();
   void StartJob(const std::string& job_id);
-  // Profiles the model on the first idle worker, plans, and assigns the
-  // planned workers. `claimed`: one of them was taken meanwhile (lost, or
-  // re-registered); the job should wait and try again.
   // Asks for the links among `candidates` that are missing or stale and
   // waits up to `wait_seconds` for them (off the core's lock; action
   // threads only). Empty when all are known, else a line for the plan's
   // explanation saying how many are not.
   std::string AwaitLinks(const std::vector<v1::WorkerInfo>& candidates,
                          double wait_seconds);
+  // Profiles the job on the first worker of each kind among `workers`
+  // but workers[0]'s (worker_kinds.h), one at a time (co-located workers
+  // would slow each other's measurement), into `profiles` by worker id. A
+  // kind whose profile fails is planned at its GEMM speed: the returned
+  // text says so, a line per such kind, for the plan's explanation.
+  std::string ProfileOtherKinds(
+      const std::string& job_id, const std::vector<v1::WorkerInfo>& workers,
+      const v1::ProfileRequest& request,
+      std::map<std::string, v1::ProfileResponse>* profiles)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Profiles the model on the first idle worker and on one worker of each
+  // other kind (ProfileOtherKinds), plans, and assigns the planned workers.
+  // `claimed`: one of them was taken meanwhile (lost, or re-registered);
+  // the job should wait and try again.
   absl::StatusOr<v1::Plan> PlanAndAssign(const v1::Job& job,
                                          std::vector<v1::WorkerInfo> idle,
                                          bool* claimed);
