@@ -36,6 +36,11 @@
 // PIPETRAIN_BENCH_BATCH_SCALE (1: both models' batch and micro-batch count
 // times this, micro-batches the same size). Needs root,
 // /dev/net/tun and `ip netns`; PIPETRAIN_SKIP_NETNS=1 skips (exit 0).
+// PIPETRAIN_BENCH_SCHEDULE (a schedule name, e.g. 2bw; default: the job
+// spec's default) and PIPETRAIN_BENCH_EXTRA_WARMUP (JobSpec.extra_warmup,
+// 0; -1 lets the planner choose) run every job under that schedule,
+// loopback included; a cross-step
+// schedule drops the LM's gradient clipping, which it refuses.
 //
 // Last line: {"bench":"wan", "wan_vs_loopback_<scenario>_<wire>_<model>":
 // ..., "best_two_regions_vs_loopback": ..., "best_edge_vs_loopback": ...,
@@ -58,6 +63,8 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_models.h"
 #include "common/proto_json.h"
+#include "spec/schedule.h"
+#include "spec/vocabulary.h"
 #include "tests/cluster_harness.h"
 #include "tests/netlab/netlab.h"
 #include "tests/netlab/wan_cluster.h"
@@ -67,6 +74,24 @@ namespace {
 
 using netlab::JobCluster;
 using netlab::JobRun;
+
+// PIPETRAIN_BENCH_SCHEDULE and PIPETRAIN_BENCH_EXTRA_WARMUP onto `job`
+// (checked in main: a bad name never reaches here).
+void ApplyScheduleKnobs(v1::JobSpec* job) {
+  const char* name = std::getenv("PIPETRAIN_BENCH_SCHEDULE");
+  if (name == nullptr || *name == '\0') return;
+  const absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(name);
+  if (!kind.ok()) return;
+  job->set_schedule(ScheduleKindToProto(*kind));
+  if (IsCrossStep(*kind)) {
+    job->mutable_training()->mutable_optimizer()->set_clip_grad_norm(0);
+  }
+  const char* extra = std::getenv("PIPETRAIN_BENCH_EXTRA_WARMUP");
+  int value = 0;
+  if (extra != nullptr && absl::SimpleAtoi(extra, &value)) {
+    job->set_extra_warmup(value);
+  }
+}
 
 constexpr int kWorkers = 2;
 constexpr int kRecentSteps = 20;  // what the scheduler's step time covers
@@ -202,6 +227,7 @@ void RunScenario(const std::string& scenario_name, int rep,
       job.mutable_training()->set_steps(model.spec.steps() + warmup);
       job.set_num_stages(kWorkers);
       job.set_eval_samples(32);  // its forward pass crosses the link too
+      ApplyScheduleKnobs(&job);
       if (!ApplyWire(wire, &job)) {
         cell.outcome = "unsupported: unknown to this bench";
         continue;
@@ -240,6 +266,9 @@ void RunScenario(const std::string& scenario_name, int rep,
                               stage.link_rtt_seconds() * 1e3));
         }
       }
+      if (run.plan.extra_warmup() > 0) {
+        absl::StrAppend(&plan, ", extra warm-up ", run.plan.extra_warmup());
+      }
       std::printf("   %-4s %-5s %s\n", model.name.c_str(), wire.c_str(),
                   cell.outcome == "ok" ? absl::StrFormat("step %.4f s (%s)",
                                                          run.step_seconds, plan)
@@ -266,6 +295,19 @@ int Main() {
       EnvList("PIPETRAIN_BENCH_WIRES", {"f32", "bf16", "int8", "int4"});
   const std::vector<std::string> scenarios =
       EnvList("PIPETRAIN_BENCH_SCENARIOS", netlab::ScenarioNames());
+  if (const char* name = std::getenv("PIPETRAIN_BENCH_SCHEDULE");
+      name != nullptr && *name != '\0') {
+    if (absl::Status bad = ParseScheduleKind(name).status(); !bad.ok()) {
+      std::printf("bench_wan: PIPETRAIN_BENCH_SCHEDULE: %s\n",
+                  bad.ToString().c_str());
+      return 1;
+    }
+    const char* extra = std::getenv("PIPETRAIN_BENCH_EXTRA_WARMUP");
+    std::printf("bench_wan: schedule %s, extra warm-up %s\n", name,
+                extra == nullptr             ? "0"
+                : std::string(extra) == "-1" ? "auto"
+                                             : extra);
+  }
   auto models = Models(steps);
   if (!models.ok()) {
     std::printf("bench_wan: %s\n", models.status().ToString().c_str());
