@@ -91,6 +91,10 @@ struct PlanRequest {
   // 0: any number of stages up to min(#layers, #workers); else exactly.
   int num_stages = 0;
   MemoryModel memory = MemoryModel::kGPipe;
+  // kOneFOneB under a cross-step schedule with extra warm-up
+  // (JobSpec.extra_warmup): a stage with r stages from it to the end holds
+  // (r - 1) * (1 + extra_warmup) + 1 micro-batches instead of min(M, r).
+  int extra_warmup = 0;
   // Bytes of optimizer state per parameter byte (SGD with momentum 1,
   // AdamW 2), on top of the weights and their gradients.
   double optimizer_state_factor = 1.0;

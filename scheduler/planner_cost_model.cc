@@ -1,5 +1,6 @@
 #include "scheduler/planner_cost_model.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -11,7 +12,8 @@ StageCostModel::StageCostModel(const PlanRequest& request)
       micro_batches_(request.micro_batches),
       memory_model_(request.memory),
       state_factor_(2.0 + request.optimizer_state_factor),
-      message_overhead_(request.message_overhead_seconds) {
+      message_overhead_(request.message_overhead_seconds),
+      extra_warmup_(std::max(0, request.extra_warmup)) {
   compute_prefix_.assign(num_layers_ + 1, 0.0);
   parameter_prefix_.assign(num_layers_ + 1, 0.0);
   activation_prefix_.assign(num_layers_ + 1, 0.0);

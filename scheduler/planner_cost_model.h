@@ -86,7 +86,11 @@ class StageCostModel {
       case MemoryModel::kGPipe:
         return params + m * (held + input);
       case MemoryModel::kOneFOneB:
-        return params + std::min<double>(m, stages_remaining) * (held + input);
+        return params +
+               (extra_warmup_ > 0
+                    ? (stages_remaining - 1.0) * (1 + extra_warmup_) + 1
+                    : std::min<double>(m, stages_remaining)) *
+                   (held + input);
       case MemoryModel::kRematerialized:
         return params + m * input + held;
     }
@@ -128,6 +132,7 @@ class StageCostModel {
   MemoryModel memory_model_ = MemoryModel::kGPipe;
   double state_factor_ = 1.0;  // 2 + optimizer_state_factor
   double message_overhead_ = 0.0;
+  int extra_warmup_ = 0;
   // Prefix sums over layers, index i = sum of layers [0, i). Bytes are kept
   // in double: exact below 2^53 and immune to signed overflow.
   std::vector<double> compute_prefix_;

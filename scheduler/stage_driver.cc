@@ -54,6 +54,7 @@ std::vector<v1::StageConfig> StageConfigs(const std::string& job_id,
     *config.mutable_wire_compression() = spec.wire_compression();
     config.set_recv_timeout_s(recv_timeout_seconds);
     config.set_vertical_sync(spec.vertical_sync());
+    config.set_extra_warmup(plan.extra_warmup());
   }
   return out;
 }

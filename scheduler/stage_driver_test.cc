@@ -45,6 +45,15 @@ TEST(StageConfigsTest, InterleavedStagesLinkAroundTheRing) {
   EXPECT_EQ(configs[1].layer_begin(), 2);
   EXPECT_EQ(configs[1].num_stages(), 3);
   EXPECT_EQ(configs[1].recv_timeout_s(), 7.5);
+  EXPECT_EQ(configs[1].extra_warmup(), 0);
+  // The stages run the plan's extra warm-up (the planner's choice when the
+  // spec asks for auto, -1), not the spec's.
+  spec.set_schedule(v1::SCHEDULE_2BW);
+  spec.set_extra_warmup(-1);
+  plan.set_extra_warmup(3);
+  configs = StageConfigs("job-1", spec, plan, 7.5);
+  for (const v1::StageConfig& c : configs) EXPECT_EQ(c.extra_warmup(), 3);
+  plan.set_extra_warmup(0);
 
   for (v1::PlannedStage& s : *plan.mutable_stages()) {
     for (int c = 0; c < 2; ++c) {

@@ -47,9 +47,10 @@ double OptimizerSecondsPerStep(const v1::JobSpec& spec,
 double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
                      const std::vector<StageAssignment>& stages) {
   absl::StatusOr<ScheduleKind> kind = ScheduleKindFromProto(spec.schedule());
-  if (!kind.ok() || !(*kind == ScheduleKind::kGPipe ||
-                      *kind == ScheduleKind::kOneFOneBFlush ||
-                      *kind == ScheduleKind::kZeroBubbleH1)) {
+  if (!kind.ok() ||
+      !(*kind == ScheduleKind::kGPipe ||
+        *kind == ScheduleKind::kOneFOneBFlush ||
+        *kind == ScheduleKind::kZeroBubbleH1 || IsCrossStep(*kind))) {
     return -1;
   }
   const int k = static_cast<int>(stages.size());
@@ -103,6 +104,21 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
   params.kind = *kind;
   params.num_stages = k;
   params.micro_batches = request.micro_batches;
+  if (IsCrossStep(*kind)) {
+    // No flush: the steady step, the difference between runs of
+    // kSteadySteps + 2 and 2 steps, per step (the first warms up, the
+    // last cools down).
+    constexpr int kSteadySteps = 4;
+    params.extra_warmup = request.extra_warmup;
+    const SimResult longer =
+        SimulateSteps(params, kSteadySteps + 2, SimCosts{}, costs);
+    const SimResult shorter = SimulateSteps(params, 2, SimCosts{}, costs);
+    if (!longer.status.ok() || longer.deadlock || !shorter.status.ok() ||
+        shorter.deadlock) {
+      return -1;
+    }
+    return (longer.makespan - shorter.makespan) / kSteadySteps;
+  }
   const SimResult result = Simulate(params, SimCosts{}, costs);
   if (!result.status.ok() || result.deadlock) return -1;
   return result.makespan;

@@ -23,7 +23,9 @@ double OptimizerSecondsPerStep(const v1::JobSpec& spec,
                                int chunks_per_worker);
 
 // The step time of the placement simulated under the job's schedule, or -1
-// for the schedules not simulated here (cross-step and interleaved ones).
+// for the schedules not simulated here (interleaved). Cross-step
+// schedules: the steady step of a long run (with request.extra_warmup),
+// past its first warm-up.
 // Stage s: forward and backward compute on its worker plus the overhead of
 // the messages each pass receives and sends, and its optimizer update; its
 // activation link to s + 1 and gradient link to s - 1 carry one message per

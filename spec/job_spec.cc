@@ -49,6 +49,17 @@ absl::Status ValidateScheduleOptions(const v1::JobSpec& spec,
   if (spec.vertical_sync() && kind != ScheduleKind::kOneFOneBAsync) {
     return Invalid("vertical_sync", "only applies to SCHEDULE_ASYNC_1F1B");
   }
+  if (spec.extra_warmup() < kAutoExtraWarmup ||
+      spec.extra_warmup() > kMaxExtraWarmup) {
+    return Invalid("extra_warmup",
+                   absl::StrCat(spec.extra_warmup(), " must be in [0, ",
+                                kMaxExtraWarmup, "], or -1 (auto)"));
+  }
+  if (spec.extra_warmup() != 0 && !IsCrossStep(kind)) {
+    return Invalid("extra_warmup",
+                   "only applies to SCHEDULE_2BW and SCHEDULE_ASYNC_1F1B (the "
+                   "other schedules drain every step)");
+  }
   if (kind == ScheduleKind::kInterleaved) {
     RETURN_IF_ERROR(ValidateInterleaving(spec));
   } else if (spec.virtual_stages() > 1) {
@@ -96,6 +107,8 @@ absl::StatusOr<ScheduleParams> JobScheduleParams(const v1::JobSpec& spec,
   ASSIGN_OR_RETURN(params.kind, ScheduleKindFromProto(spec.schedule()));
   params.num_stages = num_stages;
   params.micro_batches = static_cast<int>(MicroBatches(spec));
+  // Auto (-1) is the planner's to choose; the stage count's checks use 0.
+  params.extra_warmup = std::max(0, spec.extra_warmup());
   if (params.kind == ScheduleKind::kInterleaved) {
     params.virtual_stages = spec.virtual_stages() > 0 ? spec.virtual_stages()
                                                       : kDefaultVirtualStages;

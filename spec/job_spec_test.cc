@@ -103,6 +103,22 @@ TEST(JobSpec, ScheduleOptionsBelongToTheirSchedule) {
   v1::JobSpec job = Job(v1::SCHEDULE_1F1B_FLUSH, 2);
   job.set_vertical_sync(true);
   ExpectInvalid(job, "spec.vertical_sync");
+  job = Job(v1::SCHEDULE_1F1B_FLUSH, 2);
+  job.set_extra_warmup(1);
+  ExpectInvalid(job, "spec.extra_warmup");
+  job = Job(v1::SCHEDULE_GPIPE, 2);
+  job.set_extra_warmup(-1);  // auto, but GPipe drains every step
+  ExpectInvalid(job, "spec.extra_warmup");
+  job = Job(v1::SCHEDULE_2BW, 2);
+  job.set_extra_warmup(-2);
+  ExpectInvalid(job, "spec.extra_warmup");
+  job.set_extra_warmup(-1);  // the planner chooses
+  EXPECT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
+  // K = 2, M = 8: stage 0 warms up with 1 + 7 = 8 forwards at most.
+  job.set_extra_warmup(7);
+  EXPECT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
+  job.set_extra_warmup(8);
+  ExpectInvalid(job, "spec.schedule");
   job = Job(v1::SCHEDULE_GPIPE, 2);
   job.set_virtual_stages(2);
   ExpectInvalid(job, "spec.virtual_stages");

@@ -85,6 +85,25 @@ absl::Status ValidateParams(const ScheduleParams& p) {
         absl::StrCat("2bw needs micro_batches (", p.micro_batches,
                      ") >= num_stages - 1 (", p.num_stages - 1, ")"));
   }
+  if (p.extra_warmup < 0 || p.extra_warmup > kMaxExtraWarmup) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("extra_warmup must be in [0, ", kMaxExtraWarmup, "], got ",
+                     p.extra_warmup));
+  }
+  if (p.extra_warmup > 0 && !IsCrossStep(p.kind)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "extra_warmup: only the cross-step schedules (1f1b-async, 2bw) keep "
+        "more micro-batches in flight; ",
+        ScheduleKindName(p.kind), " drains every step"));
+  }
+  if (p.extra_warmup > 0 && CrossStepWarmup(p, 0) > p.micro_batches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "extra_warmup ", p.extra_warmup, " warms stage 0 up with ",
+        CrossStepWarmup(p, 0), " forwards, more than micro_batches (",
+        p.micro_batches,
+        "): a stream would reach back more than one step (and 2bw would "
+        "need a third weight version)"));
+  }
   return ValidateVirtualStages(p);
 }
 
@@ -166,18 +185,19 @@ std::vector<Instruction> BuildOneFOneB(const ScheduleParams& p, int stage) {
 
 // The cross-step schedules: the 1F1B order of a run's micro-batches,
 // numbered g = (steps since the run began) * M + m, as if the whole run were
-// one long 1F1B window: F(g) is followed by B(g - w), w = K - s - 1 (the
-// warm-up), and the run's last step ends with the remaining backwards. A
-// step's stream holds its own forwards and the backwards that pair with
-// them, which may belong to earlier steps. Stage s holds at most K - s
-// micro-batches, as in 1F1B-flush.
+// one long 1F1B window: F(g) is followed by B(g - w), w = CrossStepWarmup
+// (K - s - 1 unless extra_warmup deepens it), and the run's last step ends
+// with the remaining backwards. A step's stream holds its own forwards and
+// the backwards that pair with them, which may belong to earlier steps.
+// Stage s holds at most w + 1 micro-batches (K - s, as in 1F1B-flush,
+// without extra warm-up).
 //  - 1f1b-async (PipeDream): an update after every backward, so each
 //    forward may see newer weights than the last (weight stashing).
 //  - 2bw: one update per step, right after its last backward.
 std::vector<Instruction> BuildCrossStep(const ScheduleParams& p, int stage) {
   StreamWriter w(p.num_stages, stage, 1);
   const int64_t m_total = p.micro_batches;
-  const int64_t warmup = p.num_stages - stage - 1;
+  const int64_t warmup = CrossStepWarmup(p, stage);
   const int64_t first = p.steps_before * m_total;  // this step's first g
   auto backward = [&](int64_t g) {
     const int64_t owner = g / m_total;  // steps since the run began
@@ -347,13 +367,18 @@ std::string ToString(const Instruction& instruction) {
   return out;
 }
 
+int CrossStepWarmup(const ScheduleParams& params, int stage) {
+  return std::max(0, params.num_stages - stage - 1) *
+         (1 + std::max(0, params.extra_warmup));
+}
+
 bool IsCrossStep(ScheduleKind kind) {
   return kind == ScheduleKind::kOneFOneBAsync || kind == ScheduleKind::kTwoBW;
 }
 
 int StepLookback(const ScheduleParams& params, int stage) {
   if (!IsCrossStep(params.kind) || params.micro_batches < 1) return 0;
-  const int warmup = std::max(0, params.num_stages - stage - 1);
+  const int warmup = CrossStepWarmup(params, stage);
   return (warmup + params.micro_batches - 1) / params.micro_batches;
 }
 

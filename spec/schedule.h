@@ -89,7 +89,24 @@ struct ScheduleParams {
   // late whether to drain.
   int64_t steps_before = 0;
   bool last_step = true;
+  // Cross-step schedules only (0 for the others): micro-batches each hop
+  // keeps in flight beyond 1F1B's one, so that a slow link's round trip is
+  // covered. Stage s runs CrossStepWarmup = (K - 1 - s) * (1 + extra) forwards
+  // before its first backward (1F1B: K - 1 - s) and holds one more than
+  // that. Stage 0's warm-up must stay <= M: a stream then reaches back at
+  // most one step, and 2bw's step t still runs on the update of step
+  // t - 2 (two weight versions).
+  int extra_warmup = 0;
 };
+
+// The most ScheduleParams::extra_warmup may ask for.
+inline constexpr int kMaxExtraWarmup = 256;
+// JobSpec.extra_warmup's "let the planner choose".
+inline constexpr int kAutoExtraWarmup = -1;
+
+// Forwards stage `stage` of a cross-step schedule runs before its first
+// backward: (K - 1 - s) * (1 + extra_warmup).
+int CrossStepWarmup(const ScheduleParams& params, int stage);
 
 // The instructions stage `stage` runs for one step. InvalidArgument for
 // K < 1, M < 1, stage outside [0, K), or parameters the kind does not allow
@@ -149,9 +166,11 @@ SimResult Simulate(const ScheduleParams& params, const SimCosts& costs,
 // warms up, step num_steps - 1 cools down): each stage runs its steps'
 // streams back to back, with micro-batch (t, m) numbered t * M + m.
 // Cross-step schedules overlap the steps; synchronous ones drain after
-// each. InvalidArgument when num_steps < 1.
+// each. Costs uniform, or per stage when `per_stage` is not empty.
+// InvalidArgument when num_steps < 1.
 SimResult SimulateSteps(const ScheduleParams& params, int num_steps,
-                        const SimCosts& costs);
+                        const SimCosts& costs,
+                        const std::vector<SimCosts>& per_stage = {});
 
 // Runs hand-written streams against each other: streams[s] is stage s's
 // stream (K = streams.size()); an instruction of chunk c belongs to virtual

@@ -455,52 +455,123 @@ TEST(ScheduleTest, CrossStepRunsPairEveryForwardWithOneLaterBackward) {
        {ScheduleKind::kOneFOneBAsync, ScheduleKind::kTwoBW}) {
     for (int k = 1; k <= 5; ++k) {
       for (int m = 1; m <= 6; ++m) {
-        if (kind == ScheduleKind::kTwoBW && m < k - 1) continue;
-        const ScheduleParams p = Params(kind, k, m);
-        for (int stage = 0; stage < k; ++stage) {
-          SCOPED_TRACE(absl::StrCat(Describe(p), " stage ", stage));
-          const int lookback = StepLookback(p, stage);
-          EXPECT_EQ(lookback, (k - stage - 1 + m - 1) / m);
-          if (kind == ScheduleKind::kTwoBW) {
-            EXPECT_LE(lookback, 1);
+        for (int extra = 0; extra <= 2; ++extra) {
+          if (kind == ScheduleKind::kTwoBW && m < k - 1) continue;
+          ScheduleParams p = Params(kind, k, m);
+          p.extra_warmup = extra;
+          if (extra > 0 && CrossStepWarmup(p, 0) > m) {
+            EXPECT_EQ(BuildSchedule(p, 0).status().code(),
+                      absl::StatusCode::kInvalidArgument);
+            continue;
           }
-          for (int n = 1; n <= 4; ++n) {
-            std::map<int64_t, int> forwards;  // global micro-batch -> count
-            int64_t next_backward = 0;
-            int updates = 0;
-            for (int t = 0; t < n; ++t) {
-              const std::vector<Instruction> stream =
-                  StepStream(p, stage, t, n);
-              const std::vector<Instruction> steady =
-                  StepStream(p, stage, t, n + 1);  // t is not last there
-              ASSERT_LE(steady.size(), stream.size());
-              EXPECT_TRUE(
-                  std::equal(steady.begin(), steady.end(), stream.begin()));
-              for (const Instruction& in : stream) {
-                EXPECT_LE(in.step_offset, 0);
-                EXPECT_GE(in.step_offset, -lookback);
-                const int64_t g =
-                    int64_t{t + in.step_offset} * m + in.micro_batch;
-                if (in.op == OpKind::kForward) {
-                  EXPECT_EQ(in.step_offset, 0);
-                  ++forwards[g];
-                } else if (in.op == OpKind::kBackward) {
-                  EXPECT_EQ(g, next_backward++);
-                  EXPECT_EQ(forwards[g], 1);
-                } else if (in.op == OpKind::kOptimizerStep) {
-                  ++updates;
-                  EXPECT_EQ(g, next_backward - 1);  // right after a backward
+          for (int stage = 0; stage < k; ++stage) {
+            SCOPED_TRACE(
+                absl::StrCat(Describe(p), " extra ", extra, " stage ", stage));
+            const int warmup = (k - stage - 1) * (1 + extra);
+            EXPECT_EQ(CrossStepWarmup(p, stage), warmup);
+            const int lookback = StepLookback(p, stage);
+            EXPECT_EQ(lookback, (warmup + m - 1) / m);
+            if (kind == ScheduleKind::kTwoBW) {
+              EXPECT_LE(lookback, 1);
+            }
+            for (int n = 1; n <= 4; ++n) {
+              std::map<int64_t, int> forwards;  // global micro-batch -> count
+              int64_t next_backward = 0;
+              int updates = 0;
+              for (int t = 0; t < n; ++t) {
+                const std::vector<Instruction> stream =
+                    StepStream(p, stage, t, n);
+                const std::vector<Instruction> steady =
+                    StepStream(p, stage, t, n + 1);  // t is not last there
+                ASSERT_LE(steady.size(), stream.size());
+                EXPECT_TRUE(
+                    std::equal(steady.begin(), steady.end(), stream.begin()));
+                for (const Instruction& in : stream) {
+                  EXPECT_LE(in.step_offset, 0);
+                  EXPECT_GE(in.step_offset, -lookback);
+                  const int64_t g =
+                      int64_t{t + in.step_offset} * m + in.micro_batch;
+                  if (in.op == OpKind::kForward) {
+                    EXPECT_EQ(in.step_offset, 0);
+                    ++forwards[g];
+                  } else if (in.op == OpKind::kBackward) {
+                    EXPECT_EQ(g, next_backward++);
+                    EXPECT_EQ(forwards[g], 1);
+                  } else if (in.op == OpKind::kOptimizerStep) {
+                    ++updates;
+                    EXPECT_EQ(g, next_backward - 1);  // right after a backward
+                  }
                 }
               }
+              EXPECT_EQ(next_backward, int64_t{n} * m);
+              EXPECT_EQ(static_cast<int64_t>(forwards.size()), int64_t{n} * m);
+              EXPECT_EQ(updates, kind == ScheduleKind::kTwoBW ? n : n * m);
             }
-            EXPECT_EQ(next_backward, int64_t{n} * m);
-            EXPECT_EQ(static_cast<int64_t>(forwards.size()), int64_t{n} * m);
-            EXPECT_EQ(updates, kind == ScheduleKind::kTwoBW ? n : n * m);
           }
         }
       }
     }
   }
+}
+
+// Extra warm-up keeps a slow link's round trip covered: with K = 2, M = 4,
+// 4 ms forward and 8 ms backward per micro-batch and 20 ms one way, plain
+// 2BW waits for the gradient of each micro-batch (steady step 128 ms);
+// three more micro-batches in flight bring it to 51 ms, against 48 ms
+// with no latency, and stage 0 holds 1 + (1 + 3) activations.
+TEST(ScheduleTest, ExtraWarmUpCoversTheRoundTrip) {
+  SimCosts near;
+  near.forward = 4e-3;
+  near.backward = 8e-3;
+  SimCosts far = near;
+  far.send = 20e-3;
+  // The steady step: the difference between runs of 6 and 2 steps, per step.
+  auto steady = [](const ScheduleParams& p, const SimCosts& c) {
+    const SimResult six = SimulateSteps(p, 6, c);
+    const SimResult two = SimulateSteps(p, 2, c);
+    EXPECT_TRUE(six.status.ok() && two.status.ok()) << six.status;
+    EXPECT_FALSE(six.deadlock) << six.deadlock_detail;
+    return (six.makespan - two.makespan) / 4;
+  };
+  for (ScheduleKind kind :
+       {ScheduleKind::kTwoBW, ScheduleKind::kOneFOneBAsync}) {
+    ScheduleParams p = Params(kind, 2, 4);
+    SCOPED_TRACE(Describe(p));
+    EXPECT_NEAR(steady(p, near), 0.048, 1e-3);
+    EXPECT_NEAR(steady(p, far), 0.128, 1e-9);
+    p.extra_warmup = 3;
+    EXPECT_NEAR(steady(p, far), 0.051, 1e-9);
+    EXPECT_NEAR(steady(p, near), 0.048, 1e-9);
+    EXPECT_EQ(SimulateSteps(p, 6, far).peak_in_flight[0], 5);
+  }
+  // Stage 0's first step, extra warm-up 1: two forwards before the first
+  // backward.
+  ScheduleParams p = Params(ScheduleKind::kTwoBW, 2, 4);
+  p.extra_warmup = 1;
+  p.last_step = false;
+  auto stream = BuildSchedule(p, 0);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EXPECT_EQ(Join(*stream),
+            "Load0 F0 SendA0 Load1 F1 SendA1 Load2 F2 SendA2 RecvG0 B0 "
+            "Load3 F3 SendA3 RecvG1 B1");
+}
+
+// extra_warmup belongs to the cross-step kinds, and stage 0's warm-up may
+// not exceed a step.
+TEST(ScheduleTest, ExtraWarmUpIsCheckedAgainstKindAndStep) {
+  ScheduleParams p = Params(ScheduleKind::kOneFOneBFlush, 2, 4);
+  p.extra_warmup = 1;
+  EXPECT_EQ(BuildSchedule(p, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  p = Params(ScheduleKind::kTwoBW, 3, 4);
+  p.extra_warmup = 1;  // stage 0: 2 x 2 = 4 forwards: allowed
+  EXPECT_TRUE(BuildSchedule(p, 0).ok());
+  p.extra_warmup = 2;  // 6 > M
+  EXPECT_EQ(BuildSchedule(p, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  p.extra_warmup = -1;
+  EXPECT_EQ(BuildSchedule(p, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Without a flush only a run's first warm-up and last cool-down cost: the

@@ -324,7 +324,8 @@ SimResult Simulate(const ScheduleParams& params, const SimCosts& costs,
 }
 
 SimResult SimulateSteps(const ScheduleParams& params, int num_steps,
-                        const SimCosts& costs) {
+                        const SimCosts& costs,
+                        const std::vector<SimCosts>& per_stage) {
   SimResult result;
   if (num_steps < 1) {
     result.status = absl::InvalidArgumentError(
@@ -354,8 +355,16 @@ SimResult SimulateSteps(const ScheduleParams& params, int num_steps,
       }
     }
   }
+  if (!per_stage.empty() && per_stage.size() != streams.size()) {
+    result.status = absl::InvalidArgumentError(
+        absl::StrCat("per_stage has ", per_stage.size(), " costs for ",
+                     streams.size(), " stages"));
+    return result;
+  }
   return SimulateStreams(streams, params.virtual_stages,
-                         std::vector<SimCosts>(streams.size(), costs));
+                         per_stage.empty()
+                             ? std::vector<SimCosts>(streams.size(), costs)
+                             : per_stage);
 }
 
 }  // namespace pipetrain

@@ -86,7 +86,10 @@ int64_t Reference::VersionFor(int s, int64_t step, int64_t mb) const {
   const int64_t t0 = SegmentStart(step);
   if (run_.schedule == v1::SCHEDULE_2BW) return std::max(t0, step - 1);
   const int64_t g = step * m() + mb;
-  const int64_t warmup = run_.vertical_sync ? k() - 1 : k() - 1 - s;
+  // The forward of g follows the backward of g - w, w = the stage's
+  // warm-up (stage 0's under vertical sync).
+  const int64_t depth = 1 + int64_t{run_.extra_warmup};
+  const int64_t warmup = (run_.vertical_sync ? k() - 1 : k() - 1 - s) * depth;
   return std::max(t0 * m(), g - warmup);
 }
 

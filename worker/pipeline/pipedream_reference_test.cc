@@ -48,7 +48,9 @@ void ExpectMatchesPipeDream(const v1::TrainingSpec& spec,
                             const PipeDreamRun& run) {
   auto want = RunPipeDreamReference(spec, run);
   ASSERT_TRUE(want.ok()) << want.status();
-  Pipeline p = BuildPipeline(spec, run.cuts, run.schedule, run.vertical_sync);
+  Pipeline p = BuildPipeline(
+      spec, run.cuts, run.schedule, run.vertical_sync, {},
+      [&run](v1::StageConfig* c) { c->set_extra_warmup(run.extra_warmup); });
   ASSERT_EQ(p.stages.size(), run.cuts.size() + 1);
   ASSERT_TRUE(TrainAll(p, spec.steps()).ok());
   const v1::GetStatusResponse status = p.stages.back()->GetStatus(0);
@@ -93,6 +95,40 @@ TEST(PipeDreamReference, TwoBWMatches) {
     spec.set_steps(5);
     ExpectMatchesPipeDream(spec, run);
   }
+}
+
+// Deeper warm-up (ScheduleParams::extra_warmup): more micro-batches in
+// flight per link. Under 1F1B-async each forward then sees an older version
+// (g - w_s updates); under 2BW every micro-batch still runs on the version
+// of the step before last, so the pipeline matches the same reference.
+TEST(PipeDreamReference, DeeperWarmUpMatches) {
+  for (auto schedule : {v1::SCHEDULE_ASYNC_1F1B, v1::SCHEDULE_2BW}) {
+    for (const std::vector<int>& cuts :
+         {std::vector<int>{3}, std::vector<int>{2, 5}}) {
+      for (int extra : {1, 3}) {
+        // K = 3 warms stage 0 up with 2 (1 + extra) <= M = 8 forwards.
+        SCOPED_TRACE(::testing::Message()
+                     << v1::ScheduleKindProto_Name(schedule)
+                     << " K=" << cuts.size() + 1 << " extra=" << extra);
+        PipeDreamRun run;
+        run.schedule = schedule;
+        run.cuts = cuts;
+        run.extra_warmup = extra;
+        ExpectMatchesPipeDream(CrossStepSpec(), run);
+      }
+    }
+  }
+  // Under 1F1B-async the deeper warm-up is a different training run.
+  PipeDreamRun run;
+  run.cuts = {2, 5};
+  run.schedule = v1::SCHEDULE_ASYNC_1F1B;
+  auto plain = RunPipeDreamReference(CrossStepSpec(), run);
+  run.extra_warmup = 3;
+  auto deeper = RunPipeDreamReference(CrossStepSpec(), run);
+  ASSERT_TRUE(plain.ok() && deeper.ok());
+  EXPECT_GT(MaxDifference(deeper->weights_after_step.back(),
+                          plain->weights_after_step.back()),
+            100 * kRelative);
 }
 
 // The comparisons can tell the schedules apart: the reference's variants

@@ -133,6 +133,7 @@ absl::StatusOr<StageSetup> DecodeStageConfig(const v1::StageConfig& config) {
   RETURN_IF_ERROR(CheckOptions(config, params.kind));
   params.num_stages = config.num_stages();
   params.micro_batches = static_cast<int>(m);
+  params.extra_warmup = config.extra_warmup();
   ASSIGN_OR_RETURN(setup.spans, ChunkSpans(config));
   params.virtual_stages = static_cast<int>(setup.spans.size());
   ASSIGN_OR_RETURN(setup.schedule, BuildSchedule(params, config.stage()));
