@@ -4,7 +4,6 @@
 #include <set>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/scheduler_core.h"
@@ -21,19 +20,11 @@ TEST_F(SchedulerCoreTest, EachWorkerKindIsProfiledOnItsOwnDevice) {
   // Two workers of one kind (GEMM 10 and 12: noise) and one of another
   // (GEMM 40) on which the model runs at half speed.
   const std::string slow = "10.0.0.2:7000";
-  const double gflops[] = {10, 12, 40};
+  AddWorkersAt({10, 12, 40});
   std::string slow_id;
-  for (int i = 0; i < 3; ++i) {
-    v1::RegisterWorkerRequest r;
-    r.mutable_worker()->set_address(absl::StrCat("10.0.0.", i, ":7000"));
-    r.mutable_worker()->set_memory_bytes(int64_t{1} << 30);
-    r.mutable_worker()->set_gemm_gflops(gflops[i]);
-    auto registered = core_->RegisterWorker(r);
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    workers_[registered->worker_id()] = r.worker().address();
-    if (r.worker().address() == slow) slow_id = registered->worker_id();
+  for (const auto& [id, address] : workers_) {
+    if (address == slow) slow_id = id;
   }
-  Heartbeats();
   control_.SetProfileSlowdown(slow, 2.0);
   const v1::Job job = Submit(Spec(3, 6));
   core_->Tick();
@@ -65,17 +56,7 @@ TEST_F(SchedulerCoreTest, EachWorkerKindIsProfiledOnItsOwnDevice) {
 
 TEST_F(SchedulerCoreTest, AKindWhoseProfileFailsIsPlannedAtItsGemmSpeed) {
   Start();
-  const double gflops[] = {10, 10, 40};
-  for (int i = 0; i < 3; ++i) {
-    v1::RegisterWorkerRequest r;
-    r.mutable_worker()->set_address(absl::StrCat("10.0.0.", i, ":7000"));
-    r.mutable_worker()->set_memory_bytes(int64_t{1} << 30);
-    r.mutable_worker()->set_gemm_gflops(gflops[i]);
-    auto registered = core_->RegisterWorker(r);
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    workers_[registered->worker_id()] = r.worker().address();
-  }
-  Heartbeats();
+  AddWorkersAt({10, 10, 40});
   control_.FailNext(Method::kProfile, "10.0.0.2:7000",
                     absl::UnavailableError("connection refused"));
   const v1::Job job = Submit(Spec(3, 6));

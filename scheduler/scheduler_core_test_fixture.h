@@ -89,12 +89,16 @@ class SchedulerCoreTest : public ::testing::Test {
   }
 
   // Registers `n` workers and heartbeats them to IDLE.
-  void AddWorkers(int n) {
-    for (int i = 0; i < n; ++i) {
+  void AddWorkers(int n) { AddWorkersAt(std::vector<double>(n, 10)); }
+
+  // Registers a worker per GEMM speed, 10.0.0.i:7000 measuring gflops[i],
+  // and heartbeats them to IDLE.
+  void AddWorkersAt(const std::vector<double>& gflops) {
+    for (size_t i = 0; i < gflops.size(); ++i) {
       v1::RegisterWorkerRequest r;
       r.mutable_worker()->set_address(absl::StrCat("10.0.0.", i, ":7000"));
       r.mutable_worker()->set_memory_bytes(int64_t{1} << 30);
-      r.mutable_worker()->set_gemm_gflops(10);
+      r.mutable_worker()->set_gemm_gflops(gflops[i]);
       auto registered = core_->RegisterWorker(r);
       ASSERT_TRUE(registered.ok()) << registered.status();
       workers_[registered->worker_id()] = r.worker().address();
