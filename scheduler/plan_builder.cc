@@ -1,7 +1,6 @@
 #include "scheduler/plan_builder.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <map>
 
@@ -10,6 +9,7 @@
 #include "common/median.h"
 #include "common/status_macros.h"
 #include "scheduler/step_prediction.h"
+#include "scheduler/warmup_choice.h"
 #include "scheduler/worker_kinds.h"
 #include "spec/job_spec.h"
 #include "spec/model_spec.h"
@@ -473,63 +473,6 @@ absl::Status CheckJobSpec(const v1::JobSpec& spec, int alive_workers) {
   return absl::OkStatus();
 }
 
-// JobSpec.extra_warmup -1 on a cross-step schedule: enough micro-batches
-// in flight per link to cover the slowest link's round trip at the
-// bottleneck's pace, ceil(trip / bottleneck per micro-batch) + 1, within one
-// step (stage 0's (K - 1)(1 + e) warm-up <= M) and, trying smaller ones,
-// the workers' memory. Re-plans `planned` on the same stage count with
-// it, sets request->extra_warmup, and returns the plan's line about it.
-std::string ChooseExtraWarmup(const PlanRequest& search, PlanRequest* request,
-                              PipelinePlan* planned) {
-  const int k = static_cast<int>(planned->stages.size());
-  if (k < 2) return "extra warm-up 0 (auto: one stage, no link)\n";
-  // A micro-batch's trip from a stage's forward to its backward: the
-  // link's round trip, its transfers both ways and the messages' overhead.
-  double rtt = 0;
-  double trip = 0;
-  for (int s = 0; s + 1 < k; ++s) {
-    const PlannerWorker& a = request->workers[planned->stages[s].worker];
-    const PlannerWorker& b = request->workers[planned->stages[s + 1].worker];
-    const double round = std::max(LinkBetween(*request, a, b).rtt_seconds,
-                                  LinkBetween(*request, b, a).rtt_seconds);
-    rtt = std::max(rtt, round);
-    trip = std::max(trip, round + 2 * planned->stages[s].transfer_seconds +
-                              4 * request->message_overhead_seconds);
-  }
-  const double pace = planned->bottleneck_seconds;
-  const int most = request->micro_batches / (k - 1) - 1;
-  // One more than the trip needs at the profiled pace: in bench_wan the
-  // profile put the LM's stages at 10.5 ms per micro-batch where they ran
-  // at 8.4, and one micro-batch short of covering the round trip leaves a
-  // stall every micro-batch, where one more costs one activation of memory.
-  int wanted =
-      pace > 0 && trip > 0 ? static_cast<int>(std::ceil(trip / pace)) + 1 : 0;
-  wanted = std::max(0, std::min({wanted, most, kMaxExtraWarmup}));
-  int chosen = 0;
-  for (int e = wanted; e > 0; --e) {
-    PlanRequest deeper = search;
-    deeper.extra_warmup = e;
-    deeper.num_stages = k;
-    absl::StatusOr<PipelinePlan> replanned = PlanPipeline(deeper);
-    if (replanned.ok()) {
-      *planned = *std::move(replanned);
-      chosen = e;
-      break;
-    }
-  }
-  request->extra_warmup = chosen;
-  std::string why = absl::StrFormat(
-      "slowest link's round trip %.3f ms (%.3f ms with transfers and message "
-      "overheads) over the bottleneck's %.3f ms per micro-batch, plus one; "
-      "at most %d with M = %d on %d stages",
-      rtt * 1e3, trip * 1e3, pace * 1e3, std::max(0, most),
-      request->micro_batches, k);
-  if (chosen < wanted) {
-    absl::StrAppend(&why, "; ", wanted, " would not fit the memory");
-  }
-  return absl::StrFormat("extra warm-up %d (auto: %s)\n", chosen, why);
-}
-
 absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
   if (in.workers.empty()) {
     return absl::InvalidArgumentError("no workers to plan on");
@@ -551,9 +494,8 @@ absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
   // warm-up forwards must fit in one step. A free choice above the bound is
   // planned again at it.
   if (v == 1 && in.spec.num_stages() == 0 && in.spec.extra_warmup() > 0) {
-    const int max_k =
-        static_cast<int>(MicroBatches(in.spec) / (1 + in.spec.extra_warmup())) +
-        1;
+    const int max_k = MaxStagesForExtraWarmup(
+        static_cast<int>(MicroBatches(in.spec)), in.spec.extra_warmup());
     if (static_cast<int>(planned.stages.size()) > max_k) {
       search.num_stages = max_k;
       ASSIGN_OR_RETURN(planned, PlanPipeline(search));
