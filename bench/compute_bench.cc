@@ -145,27 +145,30 @@ struct LayerGemms {
   void Run(Backend* backend, bool raw, int op, int64_t rows) {
     const int64_t s = kSide;
     if (op == 0) {
-      if (raw) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, s, s, 1.0f,
-                    x.data(), s, w.data(), s, 0.0f, y.data(), s);
-      } else {
-        (void)backend->Gemm(false, false, rows, s, s, 1.0f, x.data(), s,
-                            w.data(), s, 0.0f, y.data(), s);
-      }
+      Gemm(backend, raw, false, false, rows, s, s, x.data(), w.data(), 0.0f,
+           y.data());
     } else if (op == 1) {
-      if (raw) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, s, s, 1.0f,
-                    dy.data(), s, w.data(), s, 0.0f, dx.data(), s);
-      } else {
-        (void)backend->Gemm(false, true, rows, s, s, 1.0f, dy.data(), s,
-                            w.data(), s, 0.0f, dx.data(), s);
-      }
-    } else if (raw) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s, s, rows, 1.0f,
-                  x.data(), s, dy.data(), s, 1.0f, dw.data(), s);
+      Gemm(backend, raw, false, true, rows, s, s, dy.data(), w.data(), 0.0f,
+           dx.data());
     } else {
-      (void)backend->Gemm(true, false, s, s, rows, 1.0f, x.data(), s, dy.data(),
-                          s, 1.0f, dw.data(), s);
+      Gemm(backend, raw, true, false, s, s, rows, x.data(), dy.data(), 1.0f,
+           dw.data());
+    }
+  }
+
+ private:
+  // C = op(A) op(B) + beta C on s-wide row-major matrices, through the
+  // backend or straight to OpenBLAS (`raw`).
+  static void Gemm(Backend* backend, bool raw, bool ta, bool tb, int64_t m,
+                   int64_t n, int64_t k, const float* a, const float* b,
+                   float beta, float* c) {
+    const int64_t s = kSide;
+    if (raw) {
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                  tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, s, b, s,
+                  beta, c, s);
+    } else {
+      (void)backend->Gemm(ta, tb, m, n, k, 1.0f, a, s, b, s, beta, c, s);
     }
   }
 };

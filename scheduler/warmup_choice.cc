@@ -10,10 +10,6 @@
 
 namespace pipetrain {
 
-int MaxStagesForExtraWarmup(int micro_batches, int extra_warmup) {
-  return micro_batches / (1 + std::max(0, extra_warmup)) + 1;
-}
-
 std::string ChooseExtraWarmup(const PlanRequest& search, PlanRequest* request,
                               PipelinePlan* planned) {
   const int k = static_cast<int>(planned->stages.size());
@@ -32,14 +28,14 @@ std::string ChooseExtraWarmup(const PlanRequest& search, PlanRequest* request,
                               4 * request->message_overhead_seconds);
   }
   const double pace = planned->bottleneck_seconds;
-  const int most = request->micro_batches / (k - 1) - 1;
+  const int most = MaxExtraWarmup(request->micro_batches, k);
   // One more than the trip needs at the profiled pace: in bench_wan the
   // profile put the LM's stages at 10.5 ms per micro-batch where they ran
   // at 8.4, and one micro-batch short of covering the round trip leaves a
   // stall every micro-batch, where one more costs one activation of memory.
   int wanted =
       pace > 0 && trip > 0 ? static_cast<int>(std::ceil(trip / pace)) + 1 : 0;
-  wanted = std::max(0, std::min({wanted, most, kMaxExtraWarmup}));
+  wanted = std::max(0, std::min(wanted, most));
   int chosen = 0;
   for (int e = wanted; e > 0; --e) {
     PlanRequest deeper = search;

@@ -1,6 +1,6 @@
-// The extra warm-up of a cross-step schedule (JobSpec.extra_warmup, see
-// spec/schedule.h): the stage count a fixed one allows, and the planner's
-// choice when the spec asks for auto (-1). Used by BuildPlan
+// The planner's choice of a cross-step schedule's extra warm-up when the
+// job spec asks for auto (JobSpec.extra_warmup -1; the rule it must keep
+// is in spec/schedule.h). Used by BuildPlan
 // (plan_builder.h). Pure functions; thread-safe.
 #ifndef PIPETRAIN_SCHEDULER_WARMUP_CHOICE_H_
 #define PIPETRAIN_SCHEDULER_WARMUP_CHOICE_H_
@@ -10,11 +10,6 @@
 #include "scheduler/planner.h"
 
 namespace pipetrain {
-
-// The most stages extra warm-up e allows with M micro-batches a step:
-// stage 0's (K - 1)(1 + e) warm-up forwards must fit in the step, so
-// M / (1 + e) + 1.
-int MaxStagesForExtraWarmup(int micro_batches, int extra_warmup);
 
 // JobSpec.extra_warmup -1 on a cross-step schedule: enough micro-batches
 // in flight per link to cover the slowest link's round trip at the

@@ -372,6 +372,15 @@ int CrossStepWarmup(const ScheduleParams& params, int stage) {
          (1 + std::max(0, params.extra_warmup));
 }
 
+int MaxExtraWarmup(int micro_batches, int num_stages) {
+  if (num_stages < 2) return kMaxExtraWarmup;
+  return std::min(kMaxExtraWarmup, micro_batches / (num_stages - 1) - 1);
+}
+
+int MaxStagesForExtraWarmup(int micro_batches, int extra_warmup) {
+  return micro_batches / (1 + std::max(0, extra_warmup)) + 1;
+}
+
 bool IsCrossStep(ScheduleKind kind) {
   return kind == ScheduleKind::kOneFOneBAsync || kind == ScheduleKind::kTwoBW;
 }

@@ -108,6 +108,13 @@ inline constexpr int kAutoExtraWarmup = -1;
 // backward: (K - 1 - s) * (1 + extra_warmup).
 int CrossStepWarmup(const ScheduleParams& params, int stage);
 
+// The rule BuildSchedule holds extra warm-up to, stage 0's
+// (K - 1)(1 + e) <= M, solved for each side: the largest e on K stages
+// (kMaxExtraWarmup for one stage, which has no warm-up; -1 when M < K - 1),
+// and the most stages e allows, M / (1 + e) + 1.
+int MaxExtraWarmup(int micro_batches, int num_stages);
+int MaxStagesForExtraWarmup(int micro_batches, int extra_warmup);
+
 // The instructions stage `stage` runs for one step. InvalidArgument for
 // K < 1, M < 1, stage outside [0, K), or parameters the kind does not allow
 // (e.g. interleaved needs M divisible by K, 2bw M >= K - 1).

@@ -572,6 +572,19 @@ TEST(ScheduleTest, ExtraWarmUpIsCheckedAgainstKindAndStep) {
   p.extra_warmup = -1;
   EXPECT_EQ(BuildSchedule(p, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // MaxExtraWarmup and MaxStagesForExtraWarmup are that rule solved.
+  for (int k = 2; k <= 5; ++k) {
+    for (int m = k - 1; m <= 12; ++m) {
+      ScheduleParams q = Params(ScheduleKind::kTwoBW, k, m);
+      q.extra_warmup = MaxExtraWarmup(m, k);
+      SCOPED_TRACE(absl::StrCat(Describe(q), " extra ", q.extra_warmup));
+      EXPECT_TRUE(BuildSchedule(q, 0).ok());
+      EXPECT_LE(k, MaxStagesForExtraWarmup(m, q.extra_warmup));
+      ++q.extra_warmup;
+      EXPECT_FALSE(BuildSchedule(q, 0).ok());
+      EXPECT_GT(k, MaxStagesForExtraWarmup(m, q.extra_warmup));
+    }
+  }
 }
 
 // Without a flush only a run's first warm-up and last cool-down cost: the
