@@ -41,9 +41,14 @@ void SchedulerCore::RecoverJob(const std::string& job_id,
     JobRecord* r = *jobs_.Find(job_id);
     job = r->job;
     old_plan = *r->plan;
-    // A retry keeps timing from the first loss.
+    // A retry of this recovery (no worker free yet, a restart that could
+    // not launch: recover_why set while one is in progress) keeps the
+    // first try's event and timing. A growth whose launch failed hands its
+    // cause over in recover_why with no recovery in progress: logged.
+    const bool retry =
+        r->recover_why.has_value() && r->recovering_since_ms != 0;
     if (r->recovering_since_ms == 0) r->recovering_since_ms = Now();
-    if (!r->recover_why.has_value()) {
+    if (!retry) {
       AddJobEvent(&r->job, v1::JOB_EVENT_WORKER_LOST, why, Now(),
                   {r->job.step(), r->job.committed_version(), 0});
       jobs_.Save(*r);

@@ -119,6 +119,41 @@ TEST_F(GrowthTest, ADegradedJobTakesInAJoiningWorkerAtTheNextCheckpoint) {
               HasSubstr("pipetrain_scheduler_recovery_seconds_count 1"));
 }
 
+// The growth's re-configuration fails on the joining worker (as when a
+// worker dies just as the job moves onto it): the recovery path takes
+// over, and the event log says why, as it does for any recovery.
+TEST_F(GrowthTest, AGrowthWhoseRestartFailsIsRecoveredAndLogged) {
+  const v1::Job job = RunningJob3(3, 8);
+  Train(5);
+  KillStage(job.id(), 2);
+  const std::string joined = JoinWorker();
+  Train(1);
+  Train(4);  // checkpoint 8 committed
+  control_.FailNext(Method::kConfigure, workers_[joined],
+                    absl::InternalError("configure refused"));
+  Train(0);  // grows; the joining stage's configure fails
+  Train(0);  // the recovery
+  // After the growth's event (the job's last REPLANNED), the loss.
+  const v1::Job recovering = Job(job.id());
+  int grew = -1;
+  for (int i = 0; i < recovering.events_size(); ++i) {
+    if (recovering.events(i).kind() == v1::JOB_EVENT_REPLANNED) grew = i;
+  }
+  ASSERT_GE(grew, 0) << recovering.DebugString();
+  EXPECT_THAT(recovering.events(grew).message(), HasSubstr("grew from 2 to 3"));
+  ASSERT_LT(grew + 1, recovering.events_size()) << recovering.DebugString();
+  const v1::JobEvent& lost = recovering.events(grew + 1);
+  EXPECT_EQ(lost.kind(), v1::JOB_EVENT_WORKER_LOST);
+  EXPECT_THAT(lost.message(), HasSubstr("could not restart after growing"));
+  EXPECT_THAT(lost.message(), HasSubstr("configure refused"));
+  Train(16);
+  const v1::Job done = Job(job.id());
+  ASSERT_EQ(done.state(), v1::JOB_STATE_COMPLETED) << done.error();
+  EXPECT_EQ(done.step(), 24);
+  EXPECT_EQ(EventsOf(done, v1::JOB_EVENT_WORKER_LOST), 2);
+  EXPECT_EQ(EventsOf(done, v1::JOB_EVENT_RECOVERED), 2);
+}
+
 // Steps fast enough that every tick finds a new checkpoint boundary passed
 // (so a checkpoint is always due when growth is judged): the job still
 // grows, from the checkpoint committed after the worker was noted.
