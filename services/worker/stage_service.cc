@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "services/rpc/grpc_util.h"
@@ -61,6 +62,10 @@ class RestoreReader final : public grpc::ServerReadReactor<v1::StateChunk> {
     StartRead(&chunk_);
   }
   void OnReadDone(bool ok) override {
+    // gRPC runs one read reaction at a time, but successive ones on
+    // different threads, ordered inside libgrpc where ThreadSanitizer
+    // cannot see; the lock (uncontended: one per chunk) states that order.
+    absl::MutexLock lock(&mu_);
     if (!ok) {
       EndOfStream();
       return;
@@ -75,25 +80,32 @@ class RestoreReader final : public grpc::ServerReadReactor<v1::StateChunk> {
   void OnDone() override { delete this; }
 
  private:
-  absl::Status Absorb() {
+  absl::Status Absorb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (assembler_ == nullptr) {
       ASSIGN_OR_RETURN(assembler_, host_->StartRestore(chunk_.job_id()));
     }
     return assembler_->Add(chunk_);
   }
-  void EndOfStream() {
+  void EndOfStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (context_->IsCancelled()) {
       // Cut off, not ended by the client: load nothing.
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cut"));
       return;
     }
     control_->Post([this] {
-      absl::StatusOr<v1::RestoreStateResponse> result = Load();
-      if (result.ok()) *response_ = *std::move(result);
-      Finish(ToGrpcStatus(result.status()));
+      grpc::Status status;
+      {
+        absl::MutexLock lock(&mu_);
+        absl::StatusOr<v1::RestoreStateResponse> result = Load();
+        if (result.ok()) *response_ = *std::move(result);
+        status = ToGrpcStatus(result.status());
+      }
+      // Last: once finished, gRPC may delete this reactor (OnDone).
+      Finish(status);
     });
   }
-  absl::StatusOr<v1::RestoreStateResponse> Load() {
+  absl::StatusOr<v1::RestoreStateResponse> Load()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (assembler_ == nullptr) return host_->RestoreState("", TrainingState());
     ASSIGN_OR_RETURN(TrainingState state, assembler_->Finish());
     return host_->RestoreState(assembler_->job_id(), state);
@@ -103,9 +115,10 @@ class RestoreReader final : public grpc::ServerReadReactor<v1::StateChunk> {
   ControlQueue* const control_;                 // borrowed
   grpc::CallbackServerContext* const context_;  // owned by gRPC
   v1::RestoreStateResponse* const response_;    // owned by gRPC
-  // Used only by read reactions, then by the one control task.
+  absl::Mutex mu_;
+  // Filled by gRPC between read reactions (outside mu_: gRPC's read).
   v1::StateChunk chunk_;
-  std::unique_ptr<StateAssembler> assembler_;
+  std::unique_ptr<StateAssembler> assembler_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
