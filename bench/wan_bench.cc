@@ -409,13 +409,21 @@ int Main() {
 
   // A wire format some lab run shows unapplied is void in every scenario.
   std::map<std::string, std::string> not_applied;  // model/wire -> why
-  for (const auto& [key, cell] : cells) {
-    if (cell.outcome != "ok" || !WireNotApplied(cell)) continue;
-    const std::vector<std::string> parts = absl::StrSplit(key, '/');
-    not_applied[parts[1] + "/" + parts[3]] = absl::StrFormat(
-        "not applied: the %s link carried %.0f bytes/sample, the wire "
-        "format takes %d",
-        parts[2], Median(cell.link_bytes_per_sample), cell.bytes_per_sample);
+  for (const Config& config : configs) {
+    for (const Model& model : *models) {
+      for (const std::string& scenario : all) {
+        for (const std::string& wire : wires) {
+          const Cell& cell =
+              cells[Key(config.name, model.name, scenario, wire)];
+          if (cell.outcome != "ok" || !WireNotApplied(cell)) continue;
+          not_applied[model.name + "/" + wire] = absl::StrFormat(
+              "not applied: the %s link carried %.0f bytes/sample, the wire "
+              "format takes %d",
+              scenario, Median(cell.link_bytes_per_sample),
+              cell.bytes_per_sample);
+        }
+      }
+    }
   }
   std::printf("\n%-12s %-5s %-13s %-5s %10s %8s %13s %13s %9s %11s %8s\n",
               "config", "model", "scenario", "wire", "samples/s", "vs_loop",
