@@ -7,7 +7,8 @@
 // cutting the batch into micro-batches costs a pipeline stage per FLOP.
 //
 // Last line: {"bench":"compute", ..., "ratio_vs_sgemm": ...,
-// "micro_batch_vs_batch_<forward|input_grad|weight_grad>": ...}.
+// "micro_batch_vs_batch_<forward|input_grad|weight_grad>": ...,
+// "micro_batch_packed_vs_batch_<forward|input_grad>": ...}.
 #include <cblas.h>
 
 #include <algorithm>
@@ -141,6 +142,20 @@ struct LayerGemms {
         dx(kBatch * kSide),
         w(kSide * kSide, 0.01f),
         dw(kSide * kSide, 0.0f) {}
+  // The forward (op 0) or input-gradient (op 1) products of a batch's
+  // rows, `rows` at a time, through a packed weight (Backend::PackOperand)
+  // made once for them all, as a stage reusing its weights does each step.
+  void RunPacked(Backend* backend, int op, int64_t rows) {
+    const int64_t s = kSide;
+    (void)backend->PackOperand(op == 1, s, s, w.data(), s, &packed);
+    const float* a = op == 0 ? x.data() : dy.data();
+    float* c = op == 0 ? y.data() : dx.data();
+    for (int64_t r = 0; r < kBatch; r += rows) {
+      (void)backend->GemmPacked(rows, a + r * s, s, packed, c + r * s, s);
+    }
+  }
+  PackedOperand packed;
+
   // op 0: forward, 1: input gradient, 2: weight gradient.
   void Run(Backend* backend, bool raw, int op, int64_t rows) {
     const int64_t s = kSide;
@@ -185,31 +200,42 @@ double SecondsPerCall(Fn fn, int iters) {
 // in M = 8 is 32 rows a product, against 256 for a trainer on the whole
 // batch. GFLOP/s at both sizes, one thread, through the backend (as the
 // layers call it) and straight to OpenBLAS, in interleaved rounds (best
-// of 5); returns the JSON fields (the backend's 32-row speed as a
-// fraction of its 256-row speed, per product).
+// of 5); and the forward and input-gradient products through a weight
+// packed once for the 8 micro-batches (Backend::PackOperand, the pack
+// counted), as a stage reusing its weights runs them. Returns the JSON
+// fields: the backend's 32-row speed as a fraction of its 256-row speed
+// per product, and the packed 32-row speed as a fraction of the backend's
+// 256-row speed.
 std::string MicroBatchGemms() {
   constexpr int64_t kMicroRows = kBatch / 8;
   const char* kOps[] = {"forward", "input_grad", "weight_grad"};
   std::unique_ptr<Backend> backend = CreateCpuBackend(1);
   LayerGemms gemms;
-  double best[3][2][2] = {};  // op, raw, rows == kBatch
+  PackedOperand probe;
+  const bool packs =
+      backend->PackOperand(false, 1, 1, gemms.w.data(), 1, &probe)
+          .value_or(false);
+  // op; how (0: backend Gemm, 1: raw sgemm, 2: packed); rows == kBatch.
+  double best[3][3][2] = {};
   for (int round = 0; round < 5; ++round) {
     for (int op = 0; op < 3; ++op) {
-      for (int raw = 0; raw < 2; ++raw) {
+      for (int how = 0; how < 3; ++how) {
+        if (how == 2 && (op == 2 || !packs)) continue;
         for (int whole = 0; whole < 2; ++whole) {
           const int64_t rows = whole ? kBatch : kMicroRows;
           // The same FLOPs at both sizes: the batch's worth of products.
           const int calls = static_cast<int>(kBatch / rows);
           const double seconds = SecondsPerCall(
               [&] {
+                if (how == 2) return gemms.RunPacked(backend.get(), op, rows);
                 for (int c = 0; c < calls; ++c) {
-                  gemms.Run(backend.get(), raw != 0, op, rows);
+                  gemms.Run(backend.get(), how == 1, op, rows);
                 }
               },
               2);
           const double gflops = 2.0 * kBatch * LayerGemms::kSide *
                                 LayerGemms::kSide / seconds / 1e9;
-          best[op][raw][whole] = std::max(best[op][raw][whole], gflops);
+          best[op][how][whole] = std::max(best[op][how][whole], gflops);
         }
       }
     }
@@ -228,6 +254,18 @@ std::string MicroBatchGemms() {
         best[op][1][1], best[op][1][0] / best[op][1][1]);
     json +=
         absl::StrFormat(",\"micro_batch_vs_batch_%s\":%.3f", kOps[op], ratio);
+    if (best[op][2][0] > 0) {
+      // A stage's micro-batch products, weight packed once for the batch,
+      // against the backend's Gemm on the whole batch (a trainer's).
+      const double packed = best[op][2][0] / best[op][0][1];
+      std::printf(
+          "  %-11s packed once, %.1f at %lld rows (%.2f of the backend at "
+          "%lld rows)\n",
+          kOps[op], best[op][2][0], static_cast<long long>(kMicroRows), packed,
+          static_cast<long long>(kBatch));
+      json += absl::StrFormat(",\"micro_batch_packed_vs_batch_%s\":%.3f",
+                              kOps[op], packed);
+    }
   }
   return json;
 }

@@ -44,6 +44,13 @@
 // prediction_error = |predicted - measured| / measured step time, the
 // prediction being the plan's predicted_step_seconds.
 //
+// Packed weights: GPipe and ZB-H1 at M = 8 run a second time, in the same
+// repetition, on a second pair of workers started with
+// PIPETRAIN_PACKED_GEMM=0 (their CPU backends send every product to
+// OpenBLAS instead of reusing a packed copy of each weight for the step's
+// micro-batches); `<schedule>_m8_packed_vs_unpacked` is the median of the
+// per-repetition ratios of samples/s.
+//
 // Knobs: PIPETRAIN_BENCH_REPS (3), PIPETRAIN_BENCH_STEPS (measured steps
 // per run, 6), PIPETRAIN_BENCH_WARMUP (2), PIPETRAIN_BENCH_MODEL (mlp or
 // lm: only that model; both by default).
@@ -71,6 +78,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -483,6 +491,9 @@ struct Case {
   const char* schedule;
   v1::ScheduleKindProto kind;
   int m;
+  // Run on the workers whose CPU backend packs no weights
+  // (PIPETRAIN_PACKED_GEMM=0): every product goes to OpenBLAS.
+  bool unpacked = false;
   v1::TrainingSpec spec;
   std::vector<int> cuts;
   ScheduleParams params;
@@ -539,21 +550,32 @@ absl::Status PlanCase(const v1::ProfileResponse& profile, Case* c) {
 std::string Key(const Case& c) {
   std::string name = c.schedule;
   std::replace(name.begin(), name.end(), '-', '_');
-  return absl::StrFormat("%s%s_m%d", c.model == "mlp" ? "" : "lm_", name, c.m);
+  return absl::StrFormat("%s%s_m%d%s", c.model == "mlp" ? "" : "lm_", name, c.m,
+                         c.unpacked ? "_unpacked" : "");
+}
+
+// The schedule as printed: "gpipe", or "gpipe/unpacked".
+std::string Label(const Case& c) {
+  return absl::StrCat(c.schedule, c.unpacked ? "/unpacked" : "");
 }
 
 int Main() {
   const int reps = EnvInt("PIPETRAIN_BENCH_REPS", 3);
   const int steps = EnvInt("PIPETRAIN_BENCH_STEPS", 6);
   const int warmup = EnvInt("PIPETRAIN_BENCH_WARMUP", 2);
-  std::vector<testing::Worker> workers;
-  for (int i = 0; i < kWorkers; ++i) {
+  // Two pairs of workers: the second's CPU backends pack no weights, for
+  // the packed-vs-unpacked comparison (idle while the other pair runs).
+  std::vector<testing::Worker> workers, unpacked_workers;
+  for (int i = 0; i < 2 * kWorkers; ++i) {
+    const bool unpacked = i >= kWorkers;
+    if (unpacked) setenv("PIPETRAIN_PACKED_GEMM", "0", 1);
     auto w = testing::StartWorker({"--threads=1"});
+    unsetenv("PIPETRAIN_PACKED_GEMM");
     if (!w.ok()) {
       std::fprintf(stderr, "%s\n", w.status().ToString().c_str());
       return 1;
     }
-    workers.push_back(std::move(*w));
+    (unpacked ? unpacked_workers : workers).push_back(std::move(*w));
   }
   std::vector<std::string> models = {"mlp", "lm"};
   if (const char* only = std::getenv("PIPETRAIN_BENCH_MODEL")) {
@@ -609,7 +631,15 @@ int Main() {
                        planned.ToString().c_str());
           return 1;
         }
-        cases.push_back(std::move(c));
+        // GPipe and ZB-H1 at M = 8 again without packed weights, beside
+        // the packed runs.
+        const bool compare = m == 8 && (kind == v1::SCHEDULE_GPIPE ||
+                                        kind == v1::SCHEDULE_ZB_H1);
+        cases.push_back(c);
+        if (compare) {
+          c.unpacked = true;
+          cases.push_back(std::move(c));
+        }
       }
     }
   }
@@ -632,11 +662,12 @@ int Main() {
                    model.c_str(), cap->samples_per_s);
       for (Case& c : cases) {
         if (c.model != model) continue;
-        RunResult r = RunCase(workers, absl::StrFormat("scaling-%d", ++job),
-                              c.spec, c.kind, c.params, c.cuts, warmup);
+        RunResult r = RunCase(c.unpacked ? unpacked_workers : workers,
+                              absl::StrFormat("scaling-%d", ++job), c.spec,
+                              c.kind, c.params, c.cuts, warmup);
         if (!r.status.ok() || r.step_seconds <= 0) {
-          std::fprintf(stderr, "%s %s M=%d: %s\n", model.c_str(), c.schedule,
-                       c.m, r.status.ToString().c_str());
+          std::fprintf(stderr, "%s %s M=%d: %s\n", model.c_str(),
+                       Label(c).c_str(), c.m, r.status.ToString().c_str());
           return 1;
         }
         const double rate = c.spec.batch_size() / r.step_seconds;
@@ -655,7 +686,7 @@ int Main() {
         c.stages.push_back(r.stages);
         c.simulated_idle.push_back(r.simulated_idle);
         std::fprintf(stderr, "rep %d %s %s M=%d %.1f samples/s\n", rep,
-                     model.c_str(), c.schedule, c.m, rate);
+                     model.c_str(), Label(c).c_str(), c.m, rate);
       }
     }
   }
@@ -701,7 +732,7 @@ int Main() {
           "[%.3f, %.3f]  step %.1f ms, planner predicted %.1f ms (error "
           "%.2f)\n  plan:%s\n  CPU per sample %.2f ms (both workers, all "
           "threads); cores kept busy %.2f\n",
-          model.c_str(), c.schedule, c.m, Median(c.rate), Min(c.rate),
+          model.c_str(), Label(c).c_str(), c.m, Median(c.rate), Min(c.rate),
           Max(c.rate), Median(c.ratio), Min(c.ratio), Max(c.ratio),
           measured * 1e3, c.predicted_step * 1e3, error, c.plan_line.c_str(),
           Median(c.cpu_per_sample) * 1e3, Median(c.cores));
@@ -756,11 +787,35 @@ int Main() {
       json +=
           absl::StrFormat(",\"%s_vs_capacity\":%.3f", Key(c), Median(c.ratio));
     }
+    // Packed against unpacked weights, the same schedule in the same
+    // repetition: the median of the per-repetition ratios.
+    for (const Case& packed : cases) {
+      if (packed.model != model || packed.unpacked) continue;
+      for (const Case& plain : cases) {
+        if (!plain.unpacked || plain.model != model ||
+            plain.kind != packed.kind || plain.m != packed.m) {
+          continue;
+        }
+        std::vector<double> ratios;
+        for (size_t r = 0; r < packed.rate.size() && r < plain.rate.size();
+             ++r) {
+          ratios.push_back(packed.rate[r] / plain.rate[r]);
+        }
+        std::printf(
+            "%s %s M=%d packed weights vs unpacked: %.3f [%.3f, %.3f] "
+            "samples/s\n",
+            model.c_str(), packed.schedule, packed.m, Median(ratios),
+            Min(ratios), Max(ratios));
+        json += absl::StrFormat(",\"%s_packed_vs_unpacked\":%.3f", Key(packed),
+                                Median(ratios));
+      }
+    }
   }
   // The headline: the best synchronous schedule at M = 8 on the MLP.
   const Case* best = nullptr;
   for (const Case& c : cases) {
     if (c.model == "mlp" && c.m == 8 && c.kind != v1::SCHEDULE_ASYNC_1F1B &&
+        !c.unpacked &&
         (best == nullptr || Median(c.ratio) > Median(best->ratio))) {
       best = &c;
     }

@@ -20,6 +20,17 @@ int64_t Backend::MemoryBytes() const {
   return static_cast<int64_t>(resident_pages) * sysconf(_SC_PAGESIZE);
 }
 
+absl::StatusOr<bool> Backend::PackOperand(bool, int64_t, int64_t, const float*,
+                                          int64_t, PackedOperand*) {
+  return false;
+}
+
+absl::Status Backend::GemmPacked(int64_t, const float*, int64_t,
+                                 const PackedOperand&, float*, int64_t) {
+  return absl::UnimplementedError(
+      absl::StrCat(Describe(), " has no packed GEMM (PackOperand said so)"));
+}
+
 absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name) {
   if (name == "auto") return BackendKind::kAuto;
   if (name == "cpu") return BackendKind::kCpu;

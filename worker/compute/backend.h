@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,6 +27,14 @@ namespace pipetrain {
 struct Permute4 {
   int64_t dims[4];  // input dimensions
   int perm[4];      // output dimension k is input dimension perm[k]
+};
+
+// A right-hand GEMM operand laid out for a backend's kernel
+// (Backend::PackOperand): op(B) as [k, n], in host memory.
+struct PackedOperand {
+  int64_t k = 0;
+  int64_t n = 0;
+  std::vector<float> data;
 };
 
 class Backend {
@@ -69,6 +78,20 @@ class Backend {
                                           int64_t ldb, int64_t stride_b,
                                           float beta, float* c, int64_t ldc,
                                           int64_t stride_c, int64_t batch) = 0;
+
+  // ---- Products with an operand reused unchanged ----
+  // A weight multiplies every micro-batch of a step; a backend may lay it
+  // out once for its kernel instead of in every Gemm. PackOperand stores
+  // op(B) ([k,n]; B stored as for Gemm) in *packed, reusing its memory, and
+  // returns false when this backend has no such path (the caller then uses
+  // Gemm; the default). GemmPacked: C[m,n] = A[m,k] op(B), A and C
+  // row-major with strides lda and ldc.
+  virtual absl::StatusOr<bool> PackOperand(bool trans_b, int64_t k, int64_t n,
+                                           const float* b, int64_t ldb,
+                                           PackedOperand* packed);
+  virtual absl::Status GemmPacked(int64_t m, const float* a, int64_t lda,
+                                  const PackedOperand& packed, float* c,
+                                  int64_t ldc);
 
   // ---- Element-wise ----
   virtual absl::Status Fill(float* x, int64_t n, float value) = 0;

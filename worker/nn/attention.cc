@@ -190,6 +190,12 @@ std::vector<Param*> TransformerBlock::params() {
   return out;
 }
 
+void TransformerBlock::ReuseWeights(bool reuse) {
+  for (auto* branch : {&attn_branch_, &mlp_branch_}) {
+    for (auto& layer : *branch) layer->ReuseWeights(reuse);
+  }
+}
+
 namespace {
 
 // x + branch(x), with the branch's contexts appended to `contexts`.

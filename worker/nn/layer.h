@@ -38,6 +38,11 @@ struct Param {
   // layer's weight is [in, out] here and [out, in] (as PyTorch's nn.Linear
   // stores it) in checkpoints.
   bool transposed = false;
+  // Bumped by every write of `value` (optimizer steps, loads, weight-stash
+  // swaps): a copy derived from the value (a layer's packed GEMM operand,
+  // Layer::ReuseWeights) is current while this and value's address are
+  // unchanged.
+  uint64_t version = 0;
 };
 
 // What one forward pass saved for its backward pass.
@@ -96,6 +101,14 @@ class Layer {
 
   // The layer's parameters (borrowed; owned by the layer).
   virtual std::vector<Param*> params() { return {}; }
+
+  // With `reuse` the layer may keep copies of its weights laid out for its
+  // backend's GEMM (Backend::PackOperand), made at first use and remade
+  // when a weight's Param::version changes: worth it when the weights
+  // multiply many micro-batches between updates (synchronous schedules),
+  // a waste when they change every micro-batch. Costs up to two copies of
+  // each weight matrix. Off by default; composite layers pass it on.
+  virtual void ReuseWeights(bool reuse) { (void)reuse; }
 };
 
 // Runs the `mode` part of `layer`'s backward pass; kWeightOnly ignores `dy`

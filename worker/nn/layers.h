@@ -31,10 +31,24 @@ class Linear final : public Layer {
   absl::Status BackwardWeight(const ForwardOptions& options,
                               LayerContext* ctx) override;
   std::vector<Param*> params() override;
+  // Keeps W (for forward) and W^T (for dx) packed.
+  void ReuseWeights(bool reuse) override { reuse_ = reuse; }
 
  private:
+  // A packed copy of the weight (or its transpose) and what it was made
+  // from.
+  struct PackedWeight {
+    PackedOperand operand;
+    bool valid = false;
+    uint64_t version = 0;
+    const float* source = nullptr;
+  };
   Linear(Backend* backend, int64_t in, int64_t out)
       : backend_(backend), in_(in), out_(out) {}
+  // The current packed weight (transposed for dx), packing it anew when the
+  // weight changed; null when reuse is off or the backend has no packed
+  // path.
+  absl::StatusOr<const PackedOperand*> Packed(bool transposed);
   absl::Status CheckGradient(const Tensor& x, const Tensor& dy) const;
   // dW (+)= x^T dy, db (+)= column sums of dy.
   absl::Status AccumulateWeightGrads(const Tensor& x, const Tensor& dy);
@@ -45,6 +59,9 @@ class Linear final : public Layer {
   const int64_t out_;
   Param weight_;
   std::unique_ptr<Param> bias_;
+  bool reuse_ = false;
+  PackedWeight packed_;             // W: [in, out]
+  PackedWeight packed_transposed_;  // W^T: [out, in]
 };
 
 class Relu final : public Layer {
@@ -195,6 +212,10 @@ class CausalSelfAttention final : public Layer {
   absl::Status BackwardWeight(const ForwardOptions& options,
                               LayerContext* ctx) override;
   std::vector<Param*> params() override;
+  void ReuseWeights(bool reuse) override {
+    qkv_->ReuseWeights(reuse);
+    out_->ReuseWeights(reuse);
+  }
 
  private:
   CausalSelfAttention(Backend* backend, int64_t dim, int64_t heads)
@@ -231,6 +252,7 @@ class TransformerBlock final : public Layer {
   absl::Status BackwardWeight(const ForwardOptions& options,
                               LayerContext* ctx) override;
   std::vector<Param*> params() override;
+  void ReuseWeights(bool reuse) override;
 
  private:
   explicit TransformerBlock(Backend* backend) : backend_(backend) {}

@@ -30,6 +30,31 @@ std::vector<Param*> Linear::params() {
   return out;
 }
 
+absl::StatusOr<const PackedOperand*> Linear::Packed(bool transposed) {
+  if (!reuse_) return nullptr;
+  PackedWeight& p = transposed ? packed_transposed_ : packed_;
+  const float* source = weight_.value.f32();
+  if (p.valid && p.version == weight_.version && p.source == source) {
+    return &p.operand;
+  }
+  p.valid = false;
+  // W is stored [in, out]: forward multiplies by it ([k=in, n=out]), dx by
+  // its transpose ([k=out, n=in]).
+  ASSIGN_OR_RETURN(
+      const bool packed,
+      transposed
+          ? backend_->PackOperand(true, out_, in_, source, out_, &p.operand)
+          : backend_->PackOperand(false, in_, out_, source, out_, &p.operand));
+  if (!packed) {  // this backend has no packed path: stop asking
+    reuse_ = false;
+    return nullptr;
+  }
+  p.valid = true;
+  p.version = weight_.version;
+  p.source = source;
+  return &p.operand;
+}
+
 absl::StatusOr<Tensor> Linear::Forward(const Tensor& x, const ForwardOptions&,
                                        LayerContext* ctx) {
   if (x.rank() < 1 || x.dim(-1) != in_) {
@@ -41,9 +66,15 @@ absl::StatusOr<Tensor> Linear::Forward(const Tensor& x, const ForwardOptions&,
   Shape out_shape = x.shape();
   out_shape.back() = out_;
   ASSIGN_OR_RETURN(Tensor y, backend_->AllocateUninitialized(out_shape));
-  RETURN_IF_ERROR(backend_->Gemm(false, false, rows, out_, in_, 1.0f, x.f32(),
-                                 in_, weight_.value.f32(), out_, 0.0f, y.f32(),
-                                 out_));
+  ASSIGN_OR_RETURN(const PackedOperand* packed, Packed(false));
+  if (packed != nullptr) {
+    RETURN_IF_ERROR(
+        backend_->GemmPacked(rows, x.f32(), in_, *packed, y.f32(), out_));
+  } else {
+    RETURN_IF_ERROR(backend_->Gemm(false, false, rows, out_, in_, 1.0f, x.f32(),
+                                   in_, weight_.value.f32(), out_, 0.0f,
+                                   y.f32(), out_));
+  }
   if (bias_ != nullptr) {
     RETURN_IF_ERROR(
         backend_->AddRowBroadcast(rows, out_, bias_->value.f32(), y.f32()));
@@ -80,6 +111,12 @@ absl::Status Linear::AccumulateWeightGrads(const Tensor& x, const Tensor& dy) {
 absl::StatusOr<Tensor> Linear::InputGrad(const Tensor& x, const Tensor& dy) {
   const int64_t rows = x.numel() / in_;
   ASSIGN_OR_RETURN(Tensor dx, backend_->AllocateUninitialized(x.shape()));
+  ASSIGN_OR_RETURN(const PackedOperand* packed, Packed(true));
+  if (packed != nullptr) {
+    RETURN_IF_ERROR(
+        backend_->GemmPacked(rows, dy.f32(), out_, *packed, dx.f32(), in_));
+    return dx;
+  }
   RETURN_IF_ERROR(backend_->Gemm(false, true, rows, in_, out_, 1.0f, dy.f32(),
                                  out_, weight_.value.f32(), out_, 0.0f,
                                  dx.f32(), in_));

@@ -156,6 +156,7 @@ absl::Status Model::LoadParams(const std::vector<Tensor>& host) {
     }
     RETURN_IF_ERROR(backend_->CopyFromHost(host[i].f32(), host[i].numel(),
                                            params_[i]->value.f32()));
+    ++params_[i]->version;
   }
   return absl::OkStatus();
 }

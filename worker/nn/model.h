@@ -66,6 +66,11 @@ class Model {
   absl::Status BackwardWeight(const ForwardOptions& options,
                               std::vector<LayerContext>* contexts);
 
+  // Layer::ReuseWeights on every layer.
+  void ReuseWeights(bool reuse) {
+    for (auto& layer : layers_) layer->ReuseWeights(reuse);
+  }
+
   // Copies of every parameter on the host, in params() order.
   absl::StatusOr<std::vector<Tensor>> ParamsToHost() const;
   // Overwrites the parameters from host tensors of the same shapes.

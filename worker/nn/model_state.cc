@@ -128,6 +128,7 @@ absl::Status Apply(const ParamImport& in, Optimizer* optimizer,
   const Tensor value = SwapLayout(*in.param, *in.value);
   RETURN_IF_ERROR(
       backend->CopyFromHost(value.f32(), value.numel(), in.param->value.f32()));
+  ++in.param->version;
   std::vector<Tensor> slots;
   for (const Tensor* slot : in.slots) {
     slots.push_back(SwapLayout(*in.param, *slot));

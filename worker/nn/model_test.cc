@@ -2,6 +2,7 @@
 // do not depend on the partition.
 #include "worker/nn/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "spec/test_model_specs.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/compute/elementwise_math.h"
+#include "worker/nn/optimizer.h"
 
 namespace pipetrain {
 namespace {
@@ -109,6 +111,104 @@ TEST(Model, ParamsChecksumFollowsTheValues) {
   EXPECT_EQ(sum(b->get()), original);
   std::swap(w[0], w[1]);
   EXPECT_NE(sum(b->get()), original);
+}
+
+// With ReuseWeights the layers multiply by packed copies of their weights;
+// the copies follow every write of the weights (an optimizer step, a load)
+// and give what the plain products give, within float rounding. Each write
+// moves the outputs by far more than that tolerance, so a stale copy fails.
+TEST(Model, ReusedWeightsFollowEveryWriteOfTheWeights) {
+  auto backend = CreateCpuBackend(1);
+  for (const char* json : {kMlp, kLm}) {
+    const v1::ModelSpec spec = Parse(json);
+    const int n = spec.layers_size();
+    auto reused = Model::Build(spec, 0, n, backend.get(), 5);
+    auto plain = Model::Build(spec, 0, n, backend.get(), 5);
+    ASSERT_TRUE(reused.ok() && plain.ok());
+    (*reused)->ReuseWeights(true);
+    Shape in = {3};
+    for (int64_t d : spec.input_shape()) in.push_back(d);
+    Tensor x = Tensor::Host(in);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      x.f32()[i] = spec.input_kind() == v1::INPUT_KIND_TOKENS
+                       ? static_cast<float>(i % 11)
+                       : math::UniformAt(9, i);
+    }
+    ForwardOptions options;
+    options.dropout_seed = 3;
+    // Forward and backward on both; returns the reused model's output.
+    auto run_both = [&](const char* when) -> std::vector<float> {
+      std::vector<float> outputs[2];
+      std::vector<float> dxs[2];
+      Model* models[2] = {reused->get(), plain->get()};
+      for (int i = 0; i < 2; ++i) {
+        ZeroGrads(models[i]->params());
+        std::vector<LayerContext> contexts;
+        auto y = models[i]->Forward(x, options, &contexts);
+        EXPECT_TRUE(y.ok()) << y.status();
+        if (!y.ok()) return {};
+        Tensor dy = Tensor::Host(y->shape());
+        for (int64_t j = 0; j < dy.numel(); ++j) {
+          dy.f32()[j] = math::UniformAt(11, j);
+        }
+        // The token model's first layer has no input gradient.
+        const bool need_dx = spec.input_kind() != v1::INPUT_KIND_TOKENS;
+        auto dx = models[i]->Backward(dy, options, &contexts, need_dx);
+        EXPECT_TRUE(dx.ok()) << dx.status();
+        outputs[i] = y->ToVector();
+        if (need_dx) dxs[i] = dx->ToVector();
+      }
+      EXPECT_EQ(outputs[0].size(), outputs[1].size());
+      for (size_t j = 0; j < outputs[0].size(); ++j) {
+        EXPECT_NEAR(outputs[0][j], outputs[1][j],
+                    1e-4 * std::max(1.0f, std::fabs(outputs[1][j])))
+            << when << " y " << j;
+      }
+      for (size_t j = 0; j < dxs[0].size(); ++j) {
+        EXPECT_NEAR(dxs[0][j], dxs[1][j],
+                    1e-4 * std::max(1.0f, std::fabs(dxs[1][j])))
+            << when << " dx " << j;
+      }
+      const auto& pr = (*reused)->params();
+      const auto& pp = (*plain)->params();
+      for (size_t p = 0; p < pr.size(); ++p) {
+        const std::vector<float> gr = pr[p]->grad.ToVector();
+        const std::vector<float> gp = pp[p]->grad.ToVector();
+        for (size_t j = 0; j < gr.size(); ++j) {
+          EXPECT_NEAR(gr[j], gp[j], 1e-4 * std::max(1.0f, std::fabs(gp[j])))
+              << when << " " << pr[p]->name;
+        }
+      }
+      return outputs[0];
+    };
+    auto moved = [](const std::vector<float>& a, const std::vector<float>& b) {
+      double most = 0;
+      for (size_t j = 0; j < a.size() && j < b.size(); ++j) {
+        most = std::max(most, std::fabs(double(a[j]) - b[j]));
+      }
+      return most;
+    };
+    const std::vector<float> first = run_both("initial");
+
+    v1::OptimizerSpec opt_spec;
+    opt_spec.mutable_sgd()->set_lr(0.5f);
+    auto opt_reused = Optimizer::Create(opt_spec, backend.get());
+    auto opt_plain = Optimizer::Create(opt_spec, backend.get());
+    ASSERT_TRUE(opt_reused.ok() && opt_plain.ok());
+    ASSERT_TRUE((*opt_reused)->Step((*reused)->params()).ok());
+    ASSERT_TRUE((*opt_plain)->Step((*plain)->params()).ok());
+    const std::vector<float> stepped = run_both("after a step");
+    EXPECT_GT(moved(first, stepped), 1e-2);
+
+    auto other = Model::Build(spec, 0, n, backend.get(), 6);
+    ASSERT_TRUE(other.ok());
+    auto weights = (*other)->ParamsToHost();
+    ASSERT_TRUE(weights.ok());
+    ASSERT_TRUE((*reused)->LoadParams(*weights).ok());
+    ASSERT_TRUE((*plain)->LoadParams(*weights).ok());
+    const std::vector<float> loaded = run_both("after a load");
+    EXPECT_GT(moved(stepped, loaded), 1e-2);
+  }
 }
 
 }  // namespace

@@ -107,6 +107,7 @@ absl::Status Optimizer::Step(const std::vector<Param*>& params,
           a.beta1(), a.beta2(), a.eps(), a.weight_decay(), bias1, bias2,
           grad_scale));
     }
+    ++p->version;
     p->grad_fresh = true;
   }
   return absl::OkStatus();

@@ -42,6 +42,9 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
   ASSIGN_OR_RETURN(t->model_,
                    Model::Build(spec.model(), 0, spec.model().layers_size(),
                                 backend, spec.seed()));
+  // Micro-batches reuse the weights unchanged within a step (as a
+  // synchronous stage does, StageCompute::Build).
+  if (spec.micro_batches() > 1) t->model_->ReuseWeights(true);
   ASSIGN_OR_RETURN(t->optimizer_, Optimizer::Create(spec.optimizer(), backend));
   t->total_steps_ = spec.steps() > 0
                         ? spec.steps()

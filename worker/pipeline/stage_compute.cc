@@ -52,6 +52,11 @@ absl::Status StageCompute::Build() {
   ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(spec.optimizer(), backend_));
   if (setup_.cross_step) {
     stash_ = std::make_unique<WeightStash>(backend_, all_params_);
+  } else if (setup_.params.micro_batches > 1) {
+    // Synchronous: the weights multiply every micro-batch of a step
+    // unchanged, so they are laid out for the GEMM once a step rather than
+    // in every product.
+    for (auto& model : models_) model->ReuseWeights(true);
   }
   if (is_last()) loss_ = std::make_unique<SoftmaxCrossEntropyLoss>(backend_);
   const DataParts parts = StageDataParts(config_);

@@ -58,13 +58,17 @@ absl::Status WeightStash::Use(int64_t version, int64_t live_version) {
   for (size_t i = 0; i < params_.size(); ++i) {
     live_.push_back(params_[i]->value);
     params_[i]->value = it->second[i];
+    ++params_[i]->version;
   }
   return absl::OkStatus();
 }
 
 void WeightStash::Restore() {
   if (live_.empty()) return;
-  for (size_t i = 0; i < params_.size(); ++i) params_[i]->value = live_[i];
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i]->value = live_[i];
+    ++params_[i]->version;
+  }
   live_.clear();
 }
 

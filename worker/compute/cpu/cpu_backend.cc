@@ -8,11 +8,13 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/compute/cpu/packed_gemm.h"
 #include "worker/compute/cpu/parallel_for.h"
 #include "worker/compute/elementwise_math.h"
 
@@ -31,6 +33,19 @@ constexpr int64_t kFewRows = 64;
 constexpr int64_t kWideSide = 256;
 // The scratch buffer (n x m floats, kept per thread) stays under 16 MiB.
 constexpr int64_t kMaxScratchRows = (int64_t{1} << 22) / kFewRows;
+
+// Column panels (16 columns each) per thread of a packed GEMM or pack:
+// below 2 x 8 panels it runs on one thread.
+constexpr int64_t kPanelGrain = 8;
+
+// Whether PackOperand packs: on a CPU the kernel runs on, unless the
+// environment sets PIPETRAIN_PACKED_GEMM=0 (every product then goes to
+// OpenBLAS; for comparisons, bench_scaling's unpacked runs).
+bool PacksOperands() {
+  const char* env = std::getenv("PIPETRAIN_PACKED_GEMM");
+  if (env != nullptr && std::string_view(env) == "0") return false;
+  return packed_gemm::PackedGemmSupported();
+}
 
 CBLAS_TRANSPOSE Trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
@@ -105,7 +120,8 @@ absl::StatusOr<Tensor> HostTensor(const Shape& shape, bool zero) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) : threads_(threads), pool_(threads) {
+  explicit CpuBackend(int threads)
+      : threads_(threads), pool_(threads), packs_(PacksOperands()) {
     openblas_set_num_threads(threads_);
   }
 
@@ -143,6 +159,38 @@ class CpuBackend final : public Backend {
     }
     cblas_sgemm(CblasRowMajor, Trans(trans_a), Trans(trans_b), m, n, k, alpha,
                 a, lda, b, ldb, beta, c, ldc);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<bool> PackOperand(bool trans_b, int64_t k, int64_t n,
+                                   const float* b, int64_t ldb,
+                                   PackedOperand* packed) override {
+    if (!packs_) return false;
+    packed->k = k;
+    packed->n = n;
+    packed->data.resize(static_cast<size_t>(packed_gemm::PackedSize(k, n)));
+    float* out = packed->data.data();
+    pool_.Run(packed_gemm::PanelCount(n), kPanelGrain,
+              [&](int64_t begin, int64_t end) {
+                packed_gemm::Pack(trans_b, k, n, b, ldb, begin, end, out);
+              });
+    return true;
+  }
+
+  absl::Status GemmPacked(int64_t m, const float* a, int64_t lda,
+                          const PackedOperand& packed, float* c,
+                          int64_t ldc) override {
+    if (!packs_ || static_cast<int64_t>(packed.data.size()) !=
+                       packed_gemm::PackedSize(packed.k, packed.n)) {
+      return absl::FailedPreconditionError(
+          "GemmPacked needs an operand from this backend's PackOperand");
+    }
+    const float* data = packed.data.data();
+    pool_.Run(packed_gemm::PanelCount(packed.n), kPanelGrain,
+              [&](int64_t begin, int64_t end) {
+                packed_gemm::Multiply(m, packed.k, packed.n, a, lda, data,
+                                      begin, end, c, ldc);
+              });
     return absl::OkStatus();
   }
 
@@ -565,6 +613,7 @@ class CpuBackend final : public Backend {
 
   const int threads_;
   ParallelFor pool_;
+  const bool packs_;  // PackOperand packs (PacksOperands)
 };
 
 }  // namespace

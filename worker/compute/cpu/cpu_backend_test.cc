@@ -211,5 +211,98 @@ TEST_F(CpuBackendTest, DropoutKeepsExpectedFractionAndIsReproducible) {
   EXPECT_NEAR(y1[0] == 0.0f ? y1[1] + y1[2] : y1[0], 1.0f / 0.75f, 1.0);
 }
 
+// The packed path against a double-precision product, over shapes that
+// cover partial panels, several depth blocks, every row-group size and
+// padded strides, on one and two threads.
+TEST(CpuBackendPackedGemmTest, MatchesADoubleProductForEveryShapeAndLayout) {
+  for (int threads : {1, 2}) {
+    std::unique_ptr<Backend> backend = CreateCpuBackend(threads);
+    PackedOperand probe;
+    absl::StatusOr<bool> supported = backend->PackOperand(
+        false, 1, 1, std::vector<float>{1.0f}.data(), 1, &probe);
+    ASSERT_TRUE(supported.ok());
+    if (!*supported) GTEST_SKIP() << "this CPU has no AVX2/FMA";
+    for (int64_t m : {1, 5, 7, 13, 32}) {
+      for (int64_t n : {1, 10, 16, 33, 300}) {
+        for (int64_t k : {1, 7, 256, 600}) {
+          for (bool trans_b : {false, true}) {
+            const int64_t lda = k + 3, ldb = (trans_b ? k : n) + 2, ldc = n + 5;
+            std::vector<float> a(m * lda), b((trans_b ? n : k) * ldb);
+            for (size_t i = 0; i < a.size(); ++i) {
+              a[i] = std::sin(0.37f * i);
+            }
+            for (size_t i = 0; i < b.size(); ++i) {
+              b[i] = std::cos(0.11f * i);
+            }
+            // NaN before: C is written, never read; the stride's padding
+            // stays untouched.
+            std::vector<float> c(m * ldc, std::nanf(""));
+            PackedOperand packed;
+            ASSERT_TRUE(
+                *backend->PackOperand(trans_b, k, n, b.data(), ldb, &packed));
+            ASSERT_TRUE(
+                backend->GemmPacked(m, a.data(), lda, packed, c.data(), ldc)
+                    .ok());
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < ldc; ++j) {
+                const float got = c[i * ldc + j];
+                if (j >= n) {
+                  ASSERT_TRUE(std::isnan(got)) << "padding written";
+                  continue;
+                }
+                double want = 0;
+                for (int64_t p = 0; p < k; ++p) {
+                  const float bv = trans_b ? b[j * ldb + p] : b[p * ldb + j];
+                  want += static_cast<double>(a[i * lda + p]) * bv;
+                }
+                ASSERT_NEAR(got, want, 1e-4 * (1 + std::sqrt(double(k))))
+                    << "threads " << threads << " m " << m << " n " << n
+                    << " k " << k << " trans_b " << trans_b << " at " << i
+                    << "," << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A row's result does not depend on how many rows share the call: a
+// micro-batch gives bit for bit the rows the whole batch gives.
+TEST(CpuBackendPackedGemmTest, ARowsResultDoesNotDependOnTheBatchSplit) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend(1);
+  const int64_t m = 32, n = 70, k = 530;
+  std::vector<float> a(m * k), b(k * n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.7f * i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.3f * i);
+  PackedOperand packed;
+  absl::StatusOr<bool> supported =
+      backend->PackOperand(false, k, n, b.data(), n, &packed);
+  ASSERT_TRUE(supported.ok());
+  if (!*supported) GTEST_SKIP() << "this CPU has no AVX2/FMA";
+  std::vector<float> whole(m * n), split(m * n);
+  ASSERT_TRUE(
+      backend->GemmPacked(m, a.data(), k, packed, whole.data(), n).ok());
+  for (int64_t i = 0; i < m; i += 8) {  // 8 rows at a time, as micro-batches
+    ASSERT_TRUE(backend
+                    ->GemmPacked(8, a.data() + i * k, k, packed,
+                                 split.data() + i * n, n)
+                    .ok());
+  }
+  EXPECT_EQ(whole, split);
+}
+
+// An operand this backend did not pack is refused, not read.
+TEST(CpuBackendPackedGemmTest, AnOperandNotPackedHereIsRefused) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend(1);
+  PackedOperand wrong;
+  wrong.k = 4;
+  wrong.n = 4;  // and no data
+  std::vector<float> a(16), c(16);
+  EXPECT_EQ(backend->GemmPacked(4, a.data(), 4, wrong, c.data(), 4).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace pipetrain
