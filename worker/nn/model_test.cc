@@ -20,6 +20,20 @@ using test_specs::kLm;
 using test_specs::kMlp;
 using test_specs::Parse;
 
+// `rows` samples for `spec`'s input: token ids below 11, or uniforms drawn
+// from `seed`.
+Tensor SampleInput(const v1::ModelSpec& spec, int64_t rows, uint64_t seed) {
+  Shape in = {rows};
+  for (int64_t d : spec.input_shape()) in.push_back(d);
+  Tensor x = Tensor::Host(in);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    x.f32()[i] = spec.input_kind() == v1::INPUT_KIND_TOKENS
+                     ? static_cast<float>(i % 11)
+                     : math::UniformAt(seed, i);
+  }
+  return x;
+}
+
 TEST(Model, BadLayerRangesAreRejected) {
   auto backend = CreateCpuBackend(1);
   const v1::ModelSpec spec = Parse(kMlp);
@@ -65,14 +79,7 @@ TEST(Model, InitializationAndOutputsDoNotDependOnThePartition) {
               (*whole_params)[0].ToVector());
 
     // Running the stages one after another equals running the whole model.
-    Shape in = {2};
-    for (int64_t d : spec.input_shape()) in.push_back(d);
-    Tensor x = Tensor::Host(in);
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      x.f32()[i] = spec.input_kind() == v1::INPUT_KIND_TOKENS
-                       ? static_cast<float>(i % 11)
-                       : math::UniformAt(5, i);
-    }
+    const Tensor x = SampleInput(spec, 2, 5);
     ForwardOptions options;
     options.dropout_seed = 77;
     auto y_whole = (*whole)->Forward(x, options, nullptr);
@@ -126,14 +133,7 @@ TEST(Model, ReusedWeightsFollowEveryWriteOfTheWeights) {
     auto plain = Model::Build(spec, 0, n, backend.get(), 5);
     ASSERT_TRUE(reused.ok() && plain.ok());
     (*reused)->ReuseWeights(true);
-    Shape in = {3};
-    for (int64_t d : spec.input_shape()) in.push_back(d);
-    Tensor x = Tensor::Host(in);
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      x.f32()[i] = spec.input_kind() == v1::INPUT_KIND_TOKENS
-                       ? static_cast<float>(i % 11)
-                       : math::UniformAt(9, i);
-    }
+    const Tensor x = SampleInput(spec, 3, 9);
     ForwardOptions options;
     options.dropout_seed = 3;
     // Forward and backward on both; returns the reused model's output.
