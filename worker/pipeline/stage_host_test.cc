@@ -5,8 +5,10 @@
 // goes away.
 #include "worker/pipeline/stage_host.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -371,20 +373,30 @@ TEST(StageHostTest, ProfilesAreScaledToTheComputeShare) {
   *request.mutable_spec() = Spec();
   request.set_repetitions(9);
   request.set_fastest(true);
-  absl::StatusOr<v1::ProfileResponse> at_full = full.Profile(request);
-  absl::StatusOr<v1::ProfileResponse> at_tenth = tenth.Profile(request);
-  ASSERT_TRUE(at_full.ok()) << at_full.status();
-  ASSERT_TRUE(at_tenth.ok()) << at_tenth.status();
-  ASSERT_EQ(at_tenth->layers_size(), at_full->layers_size());
-  double full_total = 0;
-  double tenth_total = 0;
-  for (int i = 0; i < at_full->layers_size(); ++i) {
-    const v1::LayerProfile& f = at_full->layers(i);
-    const v1::LayerProfile& t = at_tenth->layers(i);
-    full_total += f.forward_seconds() + f.backward_seconds();
-    tenth_total += t.forward_seconds() + t.backward_seconds();
-    EXPECT_EQ(t.activation_bytes(), f.activation_bytes());
-    EXPECT_EQ(t.optimizer_seconds() > 0, f.optimizer_seconds() > 0);
+  // The layers are tiny, so one profile lasts microseconds and a single
+  // preemption can slow it several times over. Noise only ever adds
+  // time: the fastest of several alternating profiles of each host is
+  // what the two are compared on.
+  double full_total = std::numeric_limits<double>::infinity();
+  double tenth_total = std::numeric_limits<double>::infinity();
+  for (int round = 0; round < 5; ++round) {
+    absl::StatusOr<v1::ProfileResponse> at_full = full.Profile(request);
+    absl::StatusOr<v1::ProfileResponse> at_tenth = tenth.Profile(request);
+    ASSERT_TRUE(at_full.ok()) << at_full.status();
+    ASSERT_TRUE(at_tenth.ok()) << at_tenth.status();
+    ASSERT_EQ(at_tenth->layers_size(), at_full->layers_size());
+    double full_round = 0;
+    double tenth_round = 0;
+    for (int i = 0; i < at_full->layers_size(); ++i) {
+      const v1::LayerProfile& f = at_full->layers(i);
+      const v1::LayerProfile& t = at_tenth->layers(i);
+      full_round += f.forward_seconds() + f.backward_seconds();
+      tenth_round += t.forward_seconds() + t.backward_seconds();
+      EXPECT_EQ(t.activation_bytes(), f.activation_bytes());
+      EXPECT_EQ(t.optimizer_seconds() > 0, f.optimizer_seconds() > 0);
+    }
+    full_total = std::min(full_total, full_round);
+    tenth_total = std::min(tenth_total, tenth_round);
   }
   // Ten times as slow, within what timing the same layers twice varies.
   EXPECT_GT(tenth_total, 4 * full_total);
