@@ -15,7 +15,19 @@ bool WeightStash::Needed(int64_t version) const {
 
 void WeightStash::Prune() {
   for (auto it = copies_.begin(); it != copies_.end();) {
-    it = Needed(it->first) ? std::next(it) : copies_.erase(it);
+    if (Needed(it->first)) {
+      ++it;
+      continue;
+    }
+    // Kept for the next BeforeUpdate unless a parameter still holds one of
+    // its tensors (a Use in force).
+    const bool unshared = std::all_of(
+        it->second.begin(), it->second.end(),
+        [](const Tensor& t) { return t.storage().use_count() == 1; });
+    if (unshared && static_cast<int>(spares_.size()) < kMaxSpares) {
+      spares_.push_back(std::move(it->second));
+    }
+    it = copies_.erase(it);
   }
 }
 
@@ -35,11 +47,19 @@ absl::Status WeightStash::BeforeUpdate(int64_t live_version) {
     return absl::OkStatus();
   }
   std::vector<Tensor> copy;
-  for (const Param* p : params_) {
-    ASSIGN_OR_RETURN(Tensor t,
-                     backend_->AllocateUninitialized(p->value.shape()));
-    RETURN_IF_ERROR(backend_->Copy(p->value.f32(), p->value.numel(), t.f32()));
-    copy.push_back(t);
+  if (!spares_.empty()) {
+    copy = std::move(spares_.back());
+    spares_.pop_back();
+  } else {
+    for (const Param* p : params_) {
+      ASSIGN_OR_RETURN(Tensor t,
+                       backend_->AllocateUninitialized(p->value.shape()));
+      copy.push_back(t);
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& value = params_[i]->value;
+    RETURN_IF_ERROR(backend_->Copy(value.f32(), value.numel(), copy[i].f32()));
   }
   copies_[live_version] = std::move(copy);
   peak_depth_ = std::max(peak_depth_, depth());

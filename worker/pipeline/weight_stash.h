@@ -55,6 +55,11 @@ class WeightStash {
   const std::vector<Param*> params_;  // borrowed
   std::map<int64_t, int> pins_;
   std::map<int64_t, std::vector<Tensor>> copies_;
+  // Copies no version needs any more, reused by BeforeUpdate: allocating a
+  // stage's worth of weights for every update cost more than copying them
+  // (fresh pages fault in one by one).
+  static constexpr int kMaxSpares = 2;
+  std::vector<std::vector<Tensor>> spares_;
   std::vector<Tensor> live_;  // the live values while another is in use
   int64_t floor_ = -1;
   int peak_depth_ = 0;
