@@ -196,6 +196,18 @@ void TransformerBlock::ReuseWeights(bool reuse) {
   }
 }
 
+absl::Status TransformerBlock::PrepareWeights() {
+  for (auto* branch : {&attn_branch_, &mlp_branch_}) {
+    for (auto& layer : *branch) RETURN_IF_ERROR(layer->PrepareWeights());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CausalSelfAttention::PrepareWeights() {
+  RETURN_IF_ERROR(qkv_->PrepareWeights());
+  return out_->PrepareWeights();
+}
+
 namespace {
 
 // x + branch(x), with the branch's contexts appended to `contexts`.

@@ -109,6 +109,14 @@ class Layer {
   // a waste when they change every micro-batch. Costs up to two copies of
   // each weight matrix. Off by default; composite layers pass it on.
   virtual void ReuseWeights(bool reuse) { (void)reuse; }
+
+  // With reuse on, remakes now the packed copies that earlier passes used
+  // and a weight update has made stale, instead of at the next pass: for a
+  // caller with idle time ahead, such as a pipeline stage after its
+  // optimizer step, before its next micro-batch arrives. A copy no pass
+  // has asked for yet (e.g. W^T of a first layer, whose dx nobody needs)
+  // is not made.
+  virtual absl::Status PrepareWeights() { return absl::OkStatus(); }
 };
 
 // Runs the `mode` part of `layer`'s backward pass; kWeightOnly ignores `dy`

@@ -33,6 +33,7 @@ class Linear final : public Layer {
   std::vector<Param*> params() override;
   // Keeps W (for forward) and W^T (for dx) packed.
   void ReuseWeights(bool reuse) override { reuse_ = reuse; }
+  absl::Status PrepareWeights() override;
 
  private:
   // A packed copy of the weight (or its transpose) and what it was made
@@ -216,6 +217,7 @@ class CausalSelfAttention final : public Layer {
     qkv_->ReuseWeights(reuse);
     out_->ReuseWeights(reuse);
   }
+  absl::Status PrepareWeights() override;
 
  private:
   CausalSelfAttention(Backend* backend, int64_t dim, int64_t heads)
@@ -253,6 +255,7 @@ class TransformerBlock final : public Layer {
                               LayerContext* ctx) override;
   std::vector<Param*> params() override;
   void ReuseWeights(bool reuse) override;
+  absl::Status PrepareWeights() override;
 
  private:
   explicit TransformerBlock(Backend* backend) : backend_(backend) {}

@@ -55,6 +55,14 @@ absl::StatusOr<const PackedOperand*> Linear::Packed(bool transposed) {
   return &p.operand;
 }
 
+absl::Status Linear::PrepareWeights() {
+  for (const bool transposed : {false, true}) {
+    const PackedWeight& p = transposed ? packed_transposed_ : packed_;
+    if (!p.operand.data.empty()) RETURN_IF_ERROR(Packed(transposed).status());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Tensor> Linear::Forward(const Tensor& x, const ForwardOptions&,
                                        LayerContext* ctx) {
   if (x.rank() < 1 || x.dim(-1) != in_) {

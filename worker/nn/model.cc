@@ -134,6 +134,11 @@ absl::StatusOr<Tensor> Model::RunBackwardPass(
   return g;
 }
 
+absl::Status Model::PrepareWeights() {
+  for (auto& layer : layers_) RETURN_IF_ERROR(layer->PrepareWeights());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Tensor>> Model::ParamsToHost() const {
   std::vector<Tensor> out;
   for (const Param* p : params_) {

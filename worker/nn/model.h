@@ -70,6 +70,8 @@ class Model {
   void ReuseWeights(bool reuse) {
     for (auto& layer : layers_) layer->ReuseWeights(reuse);
   }
+  // Layer::PrepareWeights on every layer.
+  absl::Status PrepareWeights();
 
   // Copies of every parameter on the host, in params() order.
   absl::StatusOr<std::vector<Tensor>> ParamsToHost() const;

@@ -211,5 +211,54 @@ TEST(Model, ReusedWeightsFollowEveryWriteOfTheWeights) {
   }
 }
 
+// PrepareWeights lays the updated weights out when called, not at the next
+// pass: a pass after it multiplies by the weights as they were then. (The
+// test writes the weights behind the model's back, without the version
+// bump every real writer makes, to see which copy the pass used.)
+TEST(Model, PreparedWeightsAreTheWeightsAtPreparation) {
+  auto backend = CreateCpuBackend(1);
+  const v1::ModelSpec spec = Parse(kMlp);
+  const int n = spec.layers_size();
+  auto reused = Model::Build(spec, 0, n, backend.get(), 5);
+  auto plain = Model::Build(spec, 0, n, backend.get(), 5);
+  ASSERT_TRUE(reused.ok() && plain.ok());
+  (*reused)->ReuseWeights(true);
+  const Tensor x = SampleInput(spec, 4, 9);
+  ForwardOptions options;
+  auto forward = [&](Model* model) {
+    std::vector<LayerContext> contexts;
+    auto y = model->Forward(x, options, &contexts);
+    EXPECT_TRUE(y.ok()) << y.status();
+    return y.ok() ? y->ToVector() : std::vector<float>();
+  };
+  forward(reused->get());  // packs W at first use
+
+  v1::OptimizerSpec opt_spec;
+  opt_spec.mutable_sgd()->set_lr(0.5f);
+  for (Model* model : {reused->get(), plain->get()}) {
+    auto opt = Optimizer::Create(opt_spec, backend.get());
+    ASSERT_TRUE(opt.ok());
+    for (Param* p : model->params()) {
+      for (int64_t j = 0; j < p->grad.numel(); ++j) {
+        p->grad.f32()[j] = math::UniformAt(7, j);
+      }
+      p->grad_fresh = false;
+    }
+    ASSERT_TRUE((*opt)->Step(model->params()).ok());
+  }
+  ASSERT_TRUE((*reused)->PrepareWeights().ok());
+  for (Param* p : (*reused)->params()) {
+    if (p->name.find("weight") == std::string::npos) continue;
+    for (int64_t j = 0; j < p->value.numel(); ++j) p->value.f32()[j] = NAN;
+  }
+  const std::vector<float> want = forward(plain->get());
+  const std::vector<float> got = forward(reused->get());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t j = 0; j < want.size(); ++j) {
+    EXPECT_NEAR(got[j], want[j], 1e-4 * std::max(1.0f, std::fabs(want[j])))
+        << j;
+  }
+}
+
 }  // namespace
 }  // namespace pipetrain

@@ -64,6 +64,13 @@ absl::StatusOr<StageMessage> Mailbox::Receive(
   }
 }
 
+bool Mailbox::Ready(MessageKind kind, int64_t step, int32_t micro_batch,
+                    int32_t chunk) const {
+  const Key key{static_cast<int>(kind), step, micro_batch, chunk};
+  absl::MutexLock lock(&mu_);
+  return !failure_.ok() || messages_.count(key) > 0;
+}
+
 void Mailbox::Fail(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);

@@ -79,6 +79,11 @@ class Mailbox {
       MessageKind kind, int64_t step, int32_t micro_batch, int32_t chunk,
       std::chrono::steady_clock::time_point deadline);
 
+  // Whether Receive of this message would return at once: it is here, or
+  // the mailbox has failed.
+  bool Ready(MessageKind kind, int64_t step, int32_t micro_batch,
+             int32_t chunk) const;
+
   // Wakes every waiter with `status` (e.g. a neighbour's stream broke).
   // Later Receives fail with it until Reset.
   void Fail(const absl::Status& status);

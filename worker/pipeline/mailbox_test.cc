@@ -25,6 +25,25 @@ StageMessage Message(MessageKind kind, int64_t step, int32_t micro_batch) {
   return m;
 }
 
+// Ready answers whether a Receive would return at once, without taking the
+// message: the executor asks before it waits.
+TEST(Mailbox, ReadyTellsWhetherAReceiveWouldWait) {
+  Mailbox mailbox;
+  EXPECT_FALSE(mailbox.Ready(MessageKind::kGradient, 3, 1, 0));
+  ASSERT_TRUE(mailbox.Deliver(Message(MessageKind::kGradient, 3, 1)).ok());
+  EXPECT_TRUE(mailbox.Ready(MessageKind::kGradient, 3, 1, 0));
+  EXPECT_TRUE(mailbox.Ready(MessageKind::kGradient, 3, 1, 0));
+  EXPECT_FALSE(mailbox.Ready(MessageKind::kActivation, 3, 1, 0));
+  EXPECT_FALSE(mailbox.Ready(MessageKind::kGradient, 3, 2, 0));
+  auto m = mailbox.Receive(MessageKind::kGradient, 3, 1, 0,
+                           Clock::now() + std::chrono::seconds(30));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_FALSE(mailbox.Ready(MessageKind::kGradient, 3, 1, 0));
+  // After a failure every Receive returns at once (with the failure).
+  mailbox.Fail(absl::UnavailableError("link broke"));
+  EXPECT_TRUE(mailbox.Ready(MessageKind::kActivation, 9, 0, 0));
+}
+
 TEST(Mailbox, MessagesFromManyThreadsReachTheirReceiversOnce) {
   constexpr int kSteps = 50;
   constexpr int kMicroBatches = 8;

@@ -57,6 +57,7 @@ absl::Status StageCompute::Build() {
     // unchanged, so they are laid out for the GEMM once a step rather than
     // in every product.
     for (auto& model : models_) model->ReuseWeights(true);
+    reuses_weights_ = true;
   }
   if (is_last()) loss_ = std::make_unique<SoftmaxCrossEntropyLoss>(backend_);
   const DataParts parts = StageDataParts(config_);
@@ -181,8 +182,23 @@ absl::Status StageCompute::LoadInput(int mb, StepState* state) {
   return absl::OkStatus();
 }
 
+absl::Status StageCompute::PrepareWhileWaiting(MessageKind kind, int64_t step,
+                                               int mb, int chunk) {
+  // The pass that needs a stale copy packs it anyway, so packing it in a
+  // wait costs nothing, even when the message arrives meanwhile.
+  if (!reuses_weights_ || port_->mailbox()->Ready(kind, step, mb, chunk)) {
+    return absl::OkStatus();
+  }
+  const auto start = Clock::now();
+  for (auto& model : models_) RETURN_IF_ERROR(model->PrepareWeights());
+  CountCompute(StageMetrics::kPack, SecondsSince(start));
+  return absl::OkStatus();
+}
+
 absl::Status StageCompute::ReceiveActivation(int mb, int chunk,
                                              StepState* state) {
+  RETURN_IF_ERROR(
+      PrepareWhileWaiting(MessageKind::kActivation, state->step, mb, chunk));
   ASSIGN_OR_RETURN(StageMessage msg,
                    port_->Receive(MessageKind::kActivation, state->step, mb,
                                   chunk, &counters_.idle_seconds));
@@ -283,6 +299,8 @@ absl::Status StageCompute::Loss(int mb, int chunk, StepState* state) {
 
 absl::Status StageCompute::ReceiveGradient(int mb, int chunk,
                                            StepState* state) {
+  RETURN_IF_ERROR(
+      PrepareWhileWaiting(MessageKind::kGradient, state->step, mb, chunk));
   ASSIGN_OR_RETURN(StageMessage msg,
                    port_->Receive(MessageKind::kGradient, state->step, mb,
                                   chunk, &counters_.idle_seconds));

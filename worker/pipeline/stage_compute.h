@@ -125,6 +125,12 @@ class StageCompute {
   absl::Status RecordUse(int chunk, int64_t version, WeightUse* use) const;
 
   absl::Status LoadInput(int mb, StepState* state);
+  // With packed weights: when the message a receive is about to wait for
+  // is not here yet, lays out now the weights an optimizer step has
+  // changed, which the next pass would otherwise do on the step's critical
+  // path (Layer::PrepareWeights).
+  absl::Status PrepareWhileWaiting(MessageKind kind, int64_t step, int mb,
+                                   int chunk);
   absl::Status ReceiveActivation(int mb, int chunk, StepState* state);
   absl::Status Forward(int mb, int chunk, StepState* state, WeightUse* use);
   absl::Status SendActivation(int mb, int chunk, StepState* state);
@@ -161,6 +167,7 @@ class StageCompute {
   std::unique_ptr<SoftmaxCrossEntropyLoss> loss_;  // last stage
   std::unique_ptr<StageData> data_;                // stage 0 and the last stage
   std::unique_ptr<WeightStash> stash_;             // cross-step schedules
+  bool reuses_weights_ = false;  // Layer::ReuseWeights is on (set by Build)
 
   StepCounters counters_;
   std::atomic<int64_t> weight_version_{0};

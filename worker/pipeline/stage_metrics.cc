@@ -7,8 +7,8 @@ namespace pipetrain {
 absl::StatusOr<std::unique_ptr<StageMetrics>> StageMetrics::Create(
     MetricsRegistry* r) {
   std::unique_ptr<StageMetrics> m(new StageMetrics());
-  const char* phases[kPhases] = {"forward", "recompute", "backward",
-                                 "weight",  "loss",      "optimizer"};
+  const char* phases[kPhases] = {"forward", "recompute", "backward", "weight",
+                                 "loss",    "optimizer", "pack"};
   for (int p = 0; p < kPhases; ++p) {
     ASSIGN_OR_RETURN(m->compute_[p],
                      r->GetCounter("pipetrain_stage_compute_seconds_total",

@@ -4,10 +4,14 @@
 //
 // Names (all prefixed pipetrain_stage_):
 //   compute_seconds_total{phase=forward|recompute|backward|weight|loss|
-//                               optimizer}  weight: the separate weight-
-//                                       gradient pass W of zero-bubble
-//                                       schedules (a full backward counts
-//                                       as backward)
+//                               optimizer|pack}  weight: the separate
+//                                       weight-gradient pass W of zero-
+//                                       bubble schedules (a full backward
+//                                       counts as backward); pack: laying
+//                                       updated weights out for the GEMM
+//                                       while waiting for a neighbour (a
+//                                       pass that packs them itself counts
+//                                       it in its own phase)
 //   idle_seconds_total                  time blocked waiting for neighbours
 //   send_seconds_total                  time the training thread spent
 //                                       handing messages to the transport
@@ -46,6 +50,7 @@ class StageMetrics {
     kWeight,
     kLoss,
     kOptimizer,
+    kPack,
     kPhases
   };
   enum Direction { kSent = 0, kReceived = 1 };
