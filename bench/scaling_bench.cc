@@ -31,7 +31,8 @@
 // send_seconds_total), differenced over each stage's own window of whole
 // steady-state steps, in ms per step and as a share of the window's wall
 // time: forward, backward (a full backward, or B of ZB-H1), the weight
-// pass W of ZB-H1, loss, optimizer, sending (handing messages to the
+// pass W of ZB-H1, loss, optimizer, pack (packed weights laid
+// out in a wait, see stage_compute.h), sending (handing messages to the
 // transport: encoding and queueing), blocked waiting for a neighbour's
 // message, and the rest (unattributed: the executor's own work); and the
 // worker processes' CPU per sample and the cores they kept busy over the
@@ -53,7 +54,8 @@
 //
 // Knobs: PIPETRAIN_BENCH_REPS (3), PIPETRAIN_BENCH_STEPS (measured steps
 // per run, 6), PIPETRAIN_BENCH_WARMUP (2), PIPETRAIN_BENCH_MODEL (mlp or
-// lm: only that model; both by default).
+// lm: only that model; both by default), PIPETRAIN_BENCH_TRACE (set: after
+// each run, every stage's timeline of two late steps on stderr).
 //
 // Last line: {"bench":"scaling", "pipeline_vs_capacity": ..., ...}.
 #include <fcntl.h>
@@ -363,11 +365,11 @@ struct StageTime {
   bool ok = false;
   double wall = 0;  // the window's wall time per step
   double forward = 0, backward = 0, weight = 0, loss = 0, optimizer = 0,
-         send = 0, blocked = 0;
+         pack = 0, send = 0, blocked = 0;
   double cpu = -1;  // CPU seconds of the worker process, all threads
   double Other() const {
     return std::max(0.0, wall - forward - backward - weight - loss - optimizer -
-                             send - blocked);
+                             pack - send - blocked);
   }
 };
 
@@ -389,6 +391,7 @@ StageTime Breakdown(const Scrape& a, const Scrape& b) {
   t.send = d("send");
   t.loss = d("loss");
   t.optimizer = d("optimizer");
+  t.pack = d("pack");
   t.blocked = d("idle");
   if (a.cpu >= 0 && b.cpu >= 0) t.cpu = (b.cpu - a.cpu) / n;
   return t;
@@ -405,6 +408,45 @@ struct RunResult {
   // window was not captured).
   std::vector<double> simulated_idle;
 };
+
+// PIPETRAIN_BENCH_TRACE: each stage's instructions over two whole steps
+// from `step` (from the stages' GetTrace), as op+micro-batch@start-end in
+// ms from the first instruction of `step` on any stage, on stderr.
+void PrintTimeline(std::vector<testing::Worker>& workers,
+                   const std::string& job, int64_t step) {
+  std::vector<v1::GetTraceResponse> traces(workers.size());
+  int64_t t0 = -1;
+  for (size_t k = 0; k < workers.size(); ++k) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    v1::GetTraceRequest req;
+    req.set_job_id(job);
+    req.set_since_step(step);
+    const grpc::Status status =
+        workers[k].stub->GetTrace(&ctx, req, &traces[k]);
+    if (!status.ok()) {
+      std::fprintf(stderr, "stage %zu: no trace (%s)\n", k,
+                   status.error_message().c_str());
+    }
+    for (const v1::TraceEvent& e : traces[k].events()) {
+      if (e.step() == step && (t0 < 0 || e.start_unix_us() < t0)) {
+        t0 = e.start_unix_us();
+      }
+    }
+  }
+  for (size_t k = 0; k < workers.size(); ++k) {
+    std::string line = absl::StrCat("timeline stage ", k, ":");
+    for (const v1::TraceEvent& e : traces[k].events()) {
+      if (e.step() > step + 1) continue;
+      absl::StrAppend(
+          &line, absl::StrFormat(" %s%d@%.1f-%.1f", e.op(), e.micro_batch(),
+                                 (e.start_unix_us() - t0) / 1e3,
+                                 (e.end_unix_us() - t0) / 1e3));
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
 
 RunResult RunCase(std::vector<testing::Worker>& workers, const std::string& job,
                   const v1::TrainingSpec& spec, v1::ScheduleKindProto kind,
@@ -449,6 +491,9 @@ RunResult RunCase(std::vector<testing::Worker>& workers, const std::string& job,
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   runner.join();
+  if (std::getenv("PIPETRAIN_BENCH_TRACE") != nullptr) {
+    PrintTimeline(workers, job, spec.steps() - 3);
+  }
   out.status = run.status;
   if (!run.status.ok()) return out;
   out.step_seconds = MeanStepSeconds(run.stages.back(), warmup);
@@ -699,7 +744,9 @@ int Main() {
       "per stage: ms per step from its counters over whole steady-state "
       "steps (share of its wall time), medians over repetitions: forward, "
       "backward (B alone for ZB-H1), W (ZB-H1's weight pass), loss, "
-      "optimizer, send (handing messages to the transport), blocked in a "
+      "optimizer, pack (laying the updated weights out for the next step's "
+      "products while waiting for a message), send (handing messages to "
+      "the transport), blocked in a "
       "receive = idle by schedule (the simulator's idle with these costs) + "
       "waiting for input beyond it, and other (the executor's own work).\n");
   std::string json = "{\"bench\":\"scaling\"";
@@ -738,7 +785,7 @@ int Main() {
           Median(c.cpu_per_sample) * 1e3, Median(c.cores));
       const double theory = TheoreticalBubble(c.params, SimCosts());
       for (int k = 0; k < kWorkers; ++k) {
-        std::vector<double> wall, f, b, wp, l, o, sd, bl, u, sim;
+        std::vector<double> wall, f, b, wp, l, o, pk, sd, bl, u, sim;
         for (const auto& rep : c.stages) {
           const StageTime& t = rep[k];
           if (!t.ok) continue;
@@ -748,6 +795,7 @@ int Main() {
           wp.push_back(t.weight);
           l.push_back(t.loss);
           o.push_back(t.optimizer);
+          pk.push_back(t.pack);
           sd.push_back(t.send);
           bl.push_back(t.blocked);
           u.push_back(t.Other());
@@ -777,12 +825,13 @@ int Main() {
                                cell(blocked - by_schedule));
         std::printf(
             "  stage %d ms/step %6.1f: fwd %s bwd %s W %s loss %s opt %s "
-            "send %s blocked %s%s; other %s (theoretical bubble %.1f%%)\n",
+            "pack %s send %s blocked %s%s; other %s (theoretical bubble "
+            "%.1f%%)\n",
             k, w * 1e3, cell(Median(f)).c_str(), cell(Median(b)).c_str(),
             cell(Median(wp)).c_str(), cell(Median(l)).c_str(),
-            cell(Median(o)).c_str(), cell(Median(sd)).c_str(),
-            cell(blocked).c_str(), split.c_str(), cell(Median(u)).c_str(),
-            100 * theory);
+            cell(Median(o)).c_str(), cell(Median(pk)).c_str(),
+            cell(Median(sd)).c_str(), cell(blocked).c_str(), split.c_str(),
+            cell(Median(u)).c_str(), 100 * theory);
       }
       json +=
           absl::StrFormat(",\"%s_vs_capacity\":%.3f", Key(c), Median(c.ratio));
