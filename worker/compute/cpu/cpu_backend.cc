@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/compute/cpu/optimizer_kernels.h"
 #include "worker/compute/cpu/packed_gemm.h"
 #include "worker/compute/cpu/parallel_for.h"
 #include "worker/compute/elementwise_math.h"
@@ -53,37 +54,6 @@ CBLAS_TRANSPOSE Trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 // item has `item_size` of them.
 int64_t PerItemGrain(int64_t grain, int64_t item_size) {
   return std::max<int64_t>(1, grain / std::max<int64_t>(1, item_size));
-}
-
-// The optimizer updates over [begin, end), vectorized: scalars are plain
-// parameters and the arrays restrict pointers, so the compiler neither
-// reloads a scalar per element nor fears that a store to w changes m (a
-// lambda capturing by reference left the loop scalar: the SGD update of a
-// 10 M-parameter stage took about 3x the time of its memory traffic). The
-// arithmetic per element is math::SgdStep's and math::AdamWStep's.
-void SgdRange(int64_t begin, int64_t end, float* __restrict w,
-              const float* __restrict g, float* __restrict m, float lr,
-              float momentum, float weight_decay, float grad_scale) {
-  if (m != nullptr && momentum != 0.0f) {
-    for (int64_t i = begin; i < end; ++i) {
-      math::SgdStep(&w[i], g[i], &m[i], lr, momentum, weight_decay, grad_scale);
-    }
-  } else {
-    for (int64_t i = begin; i < end; ++i) {
-      math::SgdStep(&w[i], g[i], nullptr, lr, 0.0f, weight_decay, grad_scale);
-    }
-  }
-}
-
-void AdamWRange(int64_t begin, int64_t end, float* __restrict w,
-                const float* __restrict g, float* __restrict m,
-                float* __restrict v, float lr, float beta1, float beta2,
-                float eps, float weight_decay, float bias1, float bias2,
-                float grad_scale) {
-  for (int64_t i = begin; i < end; ++i) {
-    math::AdamWStep(&w[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps,
-                    weight_decay, bias1, bias2, grad_scale);
-  }
 }
 
 absl::Status BadLabel(int64_t row, float label, int64_t classes) {
@@ -568,7 +538,8 @@ class CpuBackend final : public Backend {
                          float lr, float momentum, float weight_decay,
                          float grad_scale) override {
     pool_.Run(n, kParallelGrain, [=](int64_t begin, int64_t end) {
-      SgdRange(begin, end, w, g, m, lr, momentum, weight_decay, grad_scale);
+      cpu_kernels::SgdRange(begin, end, w, g, m, lr, momentum, weight_decay,
+                            grad_scale);
     });
     return absl::OkStatus();
   }
@@ -578,8 +549,8 @@ class CpuBackend final : public Backend {
                            float eps, float weight_decay, float bias1,
                            float bias2, float grad_scale) override {
     pool_.Run(n, kParallelGrain, [=](int64_t begin, int64_t end) {
-      AdamWRange(begin, end, w, g, m, v, lr, beta1, beta2, eps, weight_decay,
-                 bias1, bias2, grad_scale);
+      cpu_kernels::AdamWRange(begin, end, w, g, m, v, lr, beta1, beta2, eps,
+                              weight_decay, bias1, bias2, grad_scale);
     });
     return absl::OkStatus();
   }
