@@ -38,16 +38,21 @@ class WeightStashTest : public ::testing::Test {
     for (Param& p : params_) out.push_back(&p);
     return out;
   }
+  // Version 0 (all ones) pinned by a forward and stashed; the live
+  // weights then move on to version 1 (all twos).
+  void PinAndUpdateVersion0(WeightStash* stash) {
+    Fill(&params_, 1.0f);
+    stash->Pin(0);
+    ASSERT_TRUE(stash->BeforeUpdate(0).ok());
+    Fill(&params_, 2.0f);
+  }
   std::unique_ptr<Backend> backend_ = CreateCpuBackend(1);
   std::vector<Param> params_;
 };
 
 TEST_F(WeightStashTest, AForwardsVersionComesBackForItsBackward) {
   WeightStash stash(backend_.get(), Pointers());
-  Fill(&params_, 1.0f);
-  stash.Pin(0);
-  ASSERT_TRUE(stash.BeforeUpdate(0).ok());
-  Fill(&params_, 2.0f);  // the update to version 1
+  PinAndUpdateVersion0(&stash);
   EXPECT_EQ(stash.depth(), 1);
   {
     StashedWeights use(&stash);
@@ -65,10 +70,7 @@ TEST_F(WeightStashTest, AForwardsVersionComesBackForItsBackward) {
 // update's weights and nothing of the version it held before.
 TEST_F(WeightStashTest, ADroppedCopyIsReusedForTheNextVersion) {
   WeightStash stash(backend_.get(), Pointers());
-  Fill(&params_, 1.0f);
-  stash.Pin(0);
-  ASSERT_TRUE(stash.BeforeUpdate(0).ok());
-  Fill(&params_, 2.0f);
+  PinAndUpdateVersion0(&stash);
   std::vector<const float*> first;
   {
     StashedWeights use(&stash);
@@ -92,10 +94,7 @@ TEST_F(WeightStashTest, ADroppedCopyIsReusedForTheNextVersion) {
 // to the next update, which would overwrite the weights in use.
 TEST_F(WeightStashTest, ACopyInUseIsNotReused) {
   WeightStash stash(backend_.get(), Pointers());
-  Fill(&params_, 1.0f);
-  stash.Pin(0);
-  ASSERT_TRUE(stash.BeforeUpdate(0).ok());
-  Fill(&params_, 2.0f);
+  PinAndUpdateVersion0(&stash);
   std::vector<Tensor> held;
   {
     StashedWeights use(&stash);
