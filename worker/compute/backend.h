@@ -42,7 +42,8 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual Device device() const = 0;
-  // Human-readable description, e.g. "cpu (openblas, 2 threads)".
+  // Human-readable description, e.g. "cpu (openblas Haswell, packed avx512, 2
+  // threads)".
   virtual std::string Describe() const = 0;
 
   // ---- Memory ----

@@ -2,10 +2,13 @@
 // by finite differences in the layer tests.)
 #include "worker/compute/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/compute/cpu/packed_gemm.h"
 #include "worker/compute/elementwise_math.h"
 
 namespace pipetrain {
@@ -98,6 +101,54 @@ TEST_F(CpuBackendTest, FewRowsTimesAWideTransposedMatrixMatchesNaiveProduct) {
           } else {
             EXPECT_NEAR(got, w, 1e-3)
                 << "m=" << m << " beta=" << beta << " at " << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Large products go through the packed kernel when the CPU has AVX-512
+// (CpuBackend::GemmPackingB; a weight gradient's shape, A^T B, also when
+// shallow): every transpose, beta 0 (C never read) and 1, padded strides,
+// against a double-precision product. On other CPUs the same calls check
+// OpenBLAS.
+TEST_F(CpuBackendTest, LargeProductsMatchADoubleProduct) {
+  const int m = 260, n = 270;
+  for (int k : {32, 300}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (float beta : {0.0f, 1.0f}) {
+          const int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1;
+          const int ldc = n + 5;
+          std::vector<float> a((ta ? k : m) * lda), b((tb ? n : k) * ldb);
+          for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * i);
+          for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * i);
+          std::vector<float> c(m * ldc);
+          for (size_t i = 0; i < c.size(); ++i) {
+            c[i] = beta == 0.0f ? std::nanf("") : 0.25f * (i % 9);
+          }
+          const std::vector<float> before = c;
+          ASSERT_TRUE(backend_
+                          ->Gemm(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(),
+                                 ldb, beta, c.data(), ldc)
+                          .ok());
+          for (int i = 0; i < m; ++i) {
+            for (int j = 0; j < ldc; ++j) {
+              const float got = c[i * ldc + j];
+              if (j >= n) {  // past the row's end: untouched
+                ASSERT_TRUE(std::isnan(got) || got == before[i * ldc + j]);
+                continue;
+              }
+              double want = beta == 0.0f ? 0.0 : before[i * ldc + j];
+              for (int p = 0; p < k; ++p) {
+                const double av = ta ? a[p * lda + i] : a[i * lda + p];
+                want += av * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+              }
+              ASSERT_NEAR(got, want, 1e-3)
+                  << "k=" << k << " ta=" << ta << " tb=" << tb
+                  << " beta=" << beta << " at " << i << "," << j;
+            }
           }
         }
       }
@@ -222,7 +273,7 @@ TEST(CpuBackendPackedGemmTest, MatchesADoubleProductForEveryShapeAndLayout) {
         false, 1, 1, std::vector<float>{1.0f}.data(), 1, &probe);
     ASSERT_TRUE(supported.ok());
     if (!*supported) GTEST_SKIP() << "this CPU has no AVX2/FMA";
-    for (int64_t m : {1, 5, 7, 13, 32}) {
+    for (int64_t m : {1, 5, 7, 8, 9, 13, 17, 32}) {
       for (int64_t n : {1, 10, 16, 33, 300}) {
         for (int64_t k : {1, 7, 256, 600}) {
           for (bool trans_b : {false, true}) {
@@ -291,6 +342,55 @@ TEST(CpuBackendPackedGemmTest, ARowsResultDoesNotDependOnTheBatchSplit) {
                     .ok());
   }
   EXPECT_EQ(whole, split);
+}
+
+// The AVX-512 kernel (8 x 32 outputs) and the AVX2 kernel (6 x 16) sum
+// each output's products in the same order: the same bits, for every
+// row-group size, a last partial panel, an odd panel left over, several
+// depth blocks, and column ranges split as the backend's threads split
+// them. (The test above checks whichever kernel this CPU runs against a
+// double-precision product; with this one, both are checked.)
+TEST(CpuBackendPackedGemmTest, TheAvx512AndAvx2KernelsGiveTheSameBits) {
+  using packed_gemm::Isa;
+  if (!packed_gemm::IsaSupported(Isa::kAvx512) ||
+      !packed_gemm::IsaSupported(Isa::kAvx2)) {
+    GTEST_SKIP() << "this CPU lacks AVX-512 or AVX2/FMA";
+  }
+  for (int64_t m : {1, 3, 6, 8, 11, 32, 37}) {
+    for (int64_t n : {5, 16, 48, 70, 300}) {
+      for (int64_t k : {3, 256, 530}) {
+        const int64_t lda = k + 1, ldc = n + 3;
+        std::vector<float> a(m * lda), b(k * n);
+        for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * i);
+        for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * i);
+        const int64_t panels = packed_gemm::PanelCount(n);
+        std::vector<float> packed(packed_gemm::PackedSize(k, n));
+        packed_gemm::Pack(false, k, n, b.data(), n, 0, panels, packed.data());
+        std::vector<float> wide(m * ldc, 0.0f), narrow(m * ldc, 0.0f);
+        // Two column ranges, the first of an odd number of panels.
+        const int64_t cut = panels / 2 | 1;
+        for (auto [begin, end] :
+             {std::pair<int64_t, int64_t>{0, std::min(cut, panels)},
+              {std::min(cut, panels), panels}}) {
+          packed_gemm::MultiplyWith(Isa::kAvx512, m, k, n, a.data(), lda,
+                                    packed.data(), begin, end, wide.data(),
+                                    ldc);
+          packed_gemm::MultiplyWith(Isa::kAvx2, m, k, n, a.data(), lda,
+                                    packed.data(), begin, end, narrow.data(),
+                                    ldc);
+        }
+        ASSERT_EQ(wide, narrow) << "m " << m << " n " << n << " k " << k;
+        // And the product is a product (the kernels could agree on a wrong
+        // one): one element against a double-precision sum.
+        double want = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          want += static_cast<double>(a[(m - 1) * lda + p]) * b[p * n + n - 1];
+        }
+        ASSERT_NEAR(wide[(m - 1) * ldc + n - 1], want,
+                    1e-4 * (1 + std::sqrt(double(k))));
+      }
+    }
+  }
 }
 
 // An operand this backend did not pack is refused, not read.

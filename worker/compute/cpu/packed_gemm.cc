@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -14,16 +15,22 @@ namespace pipetrain {
 namespace packed_gemm {
 namespace {
 
-constexpr int64_t kMaxRows = 6;  // rows of C per register kernel
+// Rows of C per register kernel: 6 x 16 outputs in AVX2's 16 registers,
+// 8 x 32 in AVX-512's 32.
+constexpr int64_t kAvx2Rows = 6;
+constexpr int64_t kAvx512Rows = 8;
+// Half of a core's L2 (1 MiB on the CPUs measured; smaller ones lose only
+// speed): the most of op(B) the AVX-512 path keeps there across row groups.
+constexpr int64_t kHalfL2Bytes = 512 * 1024;
 
-// Rows of the row group starting at i: groups of 6, the last two groups
-// balanced (32 rows go 6, 6, 6, 6, 4, 4 rather than ending in a 2-row
-// group, which runs at a third of the kernel's rate).
-int64_t GroupRows(int64_t m, int64_t i) {
+// Rows of the row group starting at i: groups of max_rows, the last two
+// groups balanced (with 6, 32 rows go 6, 6, 6, 6, 4, 4 rather than ending
+// in a 2-row group, which runs at a third of the kernel's rate).
+int64_t GroupRows(int64_t m, int64_t i, int64_t max_rows) {
   const int64_t left = m - i;
-  if (left <= kMaxRows) return left;
-  if (left < 2 * kMaxRows) return (left + 1) / 2;
-  return kMaxRows;
+  if (left <= max_rows) return left;
+  if (left < 2 * max_rows) return (left + 1) / 2;
+  return max_rows;
 }
 
 // Offset of block `p0` (its first row of op(B)), panel j, in a packed
@@ -70,10 +77,28 @@ void Pack(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb,
 
 #if defined(PIPETRAIN_PACKED_GEMM_X86)
 
-bool PackedGemmSupported() {
-  static const bool supported =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return supported;
+Isa BestIsa() {
+  static const Isa best = [] {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+      return Isa::kNone;
+    }
+    const char* env = std::getenv("PIPETRAIN_PACKED_GEMM_ISA");
+    if (env != nullptr && std::string_view(env) == "avx2") return Isa::kAvx2;
+    return __builtin_cpu_supports("avx512f") ? Isa::kAvx512 : Isa::kAvx2;
+  }();
+  return best;
+}
+
+bool IsaSupported(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::kAvx512:
+      return __builtin_cpu_supports("avx512f");
+    case Isa::kNone:
+      break;
+  }
+  return false;
 }
 
 namespace {
@@ -152,13 +177,163 @@ __attribute__((target("avx2,fma"))) void RunKernel(
   }
 }
 
+// The AVX-512 kernel: C[R rows, P panels] (+)= A-group (kc x R,
+// interleaved) x P adjacent panels (each kc x 16, `stride` floats apart).
+// One 16-lane register per row and panel. The last panel's `width` columns
+// are stored (a mask); the others are whole. Each output sums its kc
+// products in the same order as Kernel's, so both kernels give the same
+// bits. Prefetches the kc lines of each of the P panels at `prefetch`.
+template <int R, int P>
+__attribute__((target("avx512f"))) inline void Kernel512(
+    int64_t kc, const float* a, const float* panel, int64_t stride,
+    const float* prefetch, float* c, int64_t ldc, bool accumulate,
+    int64_t width) {
+  __m512 acc[R][P];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 2
+    for (int q = 0; q < P; ++q) acc[r][q] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    __m512 b[P];
+#pragma GCC unroll 2
+    for (int q = 0; q < P; ++q) {
+      _mm_prefetch(reinterpret_cast<const char*>(prefetch + q * stride +
+                                                 p * kPanelWidth),
+                   _MM_HINT_T0);
+      b[q] = _mm512_loadu_ps(panel + q * stride + p * kPanelWidth);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(a[p * R + r]);
+#pragma GCC unroll 2
+      for (int q = 0; q < P; ++q)
+        acc[r][q] = _mm512_fmadd_ps(x, b[q], acc[r][q]);
+    }
+  }
+  const __mmask16 last = static_cast<__mmask16>((1u << width) - 1);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 2
+    for (int q = 0; q < P; ++q) {
+      const __mmask16 mask = q == P - 1 ? last : static_cast<__mmask16>(0xffff);
+      float* out = c + r * ldc + q * kPanelWidth;
+      if (accumulate) {
+        acc[r][q] = _mm512_add_ps(acc[r][q], _mm512_maskz_loadu_ps(mask, out));
+      }
+      _mm512_mask_storeu_ps(out, mask, acc[r][q]);
+    }
+  }
+}
+
+template <int P>
+__attribute__((target("avx512f"))) void RunKernel512(
+    int64_t rows, int64_t kc, const float* a, const float* panel,
+    int64_t stride, const float* prefetch, float* c, int64_t ldc,
+    bool accumulate, int64_t width) {
+  switch (rows) {
+    case 8:
+      return Kernel512<8, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
+                             width);
+    case 7:
+      return Kernel512<7, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
+                             width);
+    case 6:
+      return Kernel512<6, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
+                             width);
+    case 5:
+      return Kernel512<5, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
+                             width);
+    case 4:
+      return Kernel512<4, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
+                             width);
+    case 3:
+      return Kernel512<3, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
+                             width);
+    case 2:
+      return Kernel512<2, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
+                             width);
+    default:
+      return Kernel512<1, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
+                             width);
+  }
+}
+
+// One depth block (kc rows of op(B), every row of A interleaved in
+// `a_block`) through the AVX-512 kernel, two panels (32 columns) at a time
+// and a last odd panel alone. The order of the tiles follows what stays in
+// cache: with a block of op(B) small enough for half of L2 (a weight
+// gradient's: kc = 32 micro-batch rows), row group by row group, so that C
+// is written row by row (panel by panel over 2048 rows of C, every store
+// went to another page: 0.4x the rate); else panel by panel, each panel
+// pair kept in L1 across the row groups. The order changes no output's
+// arithmetic.
+__attribute__((target("avx512f"))) void Avx512DepthBlock(
+    int64_t m, int64_t n, int64_t kc, const float* a_block, const float* block,
+    int64_t panel_begin, int64_t panel_end, float* c, int64_t ldc,
+    bool accumulate) {
+  const int64_t stride = kc * kPanelWidth;
+  auto tile = [&](int64_t i, int64_t rows, int64_t j, int64_t panels,
+                  const float* prefetch) {
+    const float* panel = block + j * stride;
+    const int64_t width =
+        std::min(kPanelWidth, n - (j + panels - 1) * kPanelWidth);
+    const float* a_group = a_block + i * kc;
+    float* out = c + i * ldc + j * kPanelWidth;
+    if (panels == 2) {
+      RunKernel512<2>(rows, kc, a_group, panel, stride, prefetch, out, ldc,
+                      accumulate, width);
+    } else {
+      RunKernel512<1>(rows, kc, a_group, panel, stride, prefetch, out, ldc,
+                      accumulate, width);
+    }
+  };
+  auto pair = [&](int64_t j) { return panel_end - j >= 2 ? 2 : 1; };
+  const int64_t block_bytes =
+      kc * (panel_end - panel_begin) * kPanelWidth * sizeof(float);
+  if (block_bytes <= kHalfL2Bytes) {
+    for (int64_t i = 0, rows = 0; i < m; i += rows) {
+      rows = GroupRows(m, i, kAvx512Rows);
+      for (int64_t j = panel_begin, panels = 0; j < panel_end; j += panels) {
+        panels = pair(j);
+        tile(i, rows, j, panels, block + (j + panels) * stride);
+      }
+    }
+    return;
+  }
+  for (int64_t j = panel_begin, panels = 0; j < panel_end; j += panels) {
+    panels = pair(j);
+    for (int64_t i = 0, rows = 0; i < m; i += rows) {
+      rows = GroupRows(m, i, kAvx512Rows);
+      // The first group pulls the next panels into cache while it works.
+      tile(i, rows, j, panels, block + (i == 0 ? j + panels : j) * stride);
+    }
+  }
+}
+
 }  // namespace
 
 void Multiply(int64_t m, int64_t k, int64_t n, const float* a, int64_t lda,
               const float* packed, int64_t panel_begin, int64_t panel_end,
               float* c, int64_t ldc) {
+  MultiplyWith(BestIsa(), m, k, n, a, lda, packed, panel_begin, panel_end, c,
+               ldc);
+}
+
+void MultiplyWith(Isa isa, int64_t m, int64_t k, int64_t n, const float* a,
+                  int64_t lda, const float* packed, int64_t panel_begin,
+                  int64_t panel_end, float* c, int64_t ldc) {
+  MultiplyWith(isa, m, k, n, a, lda, /*trans_a=*/false, packed, panel_begin,
+               panel_end, c, ldc, /*accumulate=*/false);
+}
+
+void MultiplyWith(Isa isa, int64_t m, int64_t k, int64_t n, const float* a,
+                  int64_t lda, bool trans_a, const float* packed,
+                  int64_t panel_begin, int64_t panel_end, float* c, int64_t ldc,
+                  bool accumulate) {
   if (m <= 0 || panel_begin >= panel_end) return;
   if (k == 0) {  // an empty sum
+    if (accumulate) return;
     const int64_t col0 = panel_begin * kPanelWidth;
     const int64_t cols = std::min(n, panel_end * kPanelWidth) - col0;
     for (int64_t i = 0; i < m; ++i) {
@@ -166,19 +341,27 @@ void Multiply(int64_t m, int64_t k, int64_t n, const float* a, int64_t lda,
     }
     return;
   }
+  const int64_t max_rows = isa == Isa::kAvx512 ? kAvx512Rows : kAvx2Rows;
   // A's depth block, each row group's kc x R values interleaved.
   thread_local std::vector<float> a_block;
   a_block.resize(static_cast<size_t>(m * std::min(k, kDepthBlock)));
   for (int64_t p0 = 0; p0 < k; p0 += kDepthBlock) {
     const int64_t kc = std::min(kDepthBlock, k - p0);
     for (int64_t i = 0, rows = 0; i < m; i += rows) {
-      rows = GroupRows(m, i);
+      rows = GroupRows(m, i, max_rows);
       float* group = a_block.data() + i * kc;
       for (int64_t p = 0; p < kc; ++p) {
         for (int64_t r = 0; r < rows; ++r) {
-          group[p * rows + r] = a[(i + r) * lda + p0 + p];
+          group[p * rows + r] =
+              trans_a ? a[(p0 + p) * lda + i + r] : a[(i + r) * lda + p0 + p];
         }
       }
+    }
+    if (isa == Isa::kAvx512) {
+      Avx512DepthBlock(m, n, kc, a_block.data(),
+                       packed + PanelOffset(n, p0, kc, 0), panel_begin,
+                       panel_end, c, ldc, p0 > 0 || accumulate);
+      continue;
     }
     for (int64_t j = panel_begin; j < panel_end; ++j) {
       const float* panel = packed + PanelOffset(n, p0, kc, j);
@@ -186,10 +369,11 @@ void Multiply(int64_t m, int64_t k, int64_t n, const float* a, int64_t lda,
       const int64_t col = j * kPanelWidth;
       const int64_t width = std::min(kPanelWidth, n - col);
       for (int64_t i = 0, rows = 0; i < m; i += rows) {
-        rows = GroupRows(m, i);
+        rows = GroupRows(m, i, max_rows);
         // The first group pulls the next panel into cache while it works.
         RunKernel(rows, kc, a_block.data() + i * kc, panel,
-                  i == 0 ? next : panel, c + i * ldc + col, ldc, p0 > 0, width);
+                  i == 0 ? next : panel, c + i * ldc + col, ldc,
+                  p0 > 0 || accumulate, width);
       }
     }
   }
@@ -197,11 +381,20 @@ void Multiply(int64_t m, int64_t k, int64_t n, const float* a, int64_t lda,
 
 #else  // not x86-64
 
-bool PackedGemmSupported() { return false; }
+Isa BestIsa() { return Isa::kNone; }
+bool IsaSupported(Isa) { return false; }
 
 // Callers check PackedGemmSupported() first; reaching this is a bug.
 void Multiply(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
               int64_t, int64_t, float*, int64_t) {
+  std::abort();
+}
+void MultiplyWith(Isa, int64_t, int64_t, int64_t, const float*, int64_t,
+                  const float*, int64_t, int64_t, float*, int64_t) {
+  std::abort();
+}
+void MultiplyWith(Isa, int64_t, int64_t, int64_t, const float*, int64_t, bool,
+                  const float*, int64_t, int64_t, float*, int64_t, bool) {
   std::abort();
 }
 

@@ -7,14 +7,16 @@
 // about 0.75 of the rate of one 256-row call (bench_compute's
 // `packed_vs_openblas` figures). Here op(B) is packed once into column
 // panels of kPanelWidth, split into blocks of kDepthBlock rows, and each
-// product streams the panels through an AVX2/FMA register kernel of up to
-// 6 x 16 outputs. Each output element sums its k products in the same
-// order whatever the number of rows, so a row's result does not depend on
-// how the batch was split.
+// product streams the panels through a register kernel: up to 8 x 32
+// outputs with AVX-512, else up to 6 x 16 with AVX2/FMA. Each output
+// element sums its k products in the same order whatever the number of
+// rows and whichever kernel, so a row's result does not depend on how the
+// batch was split, and both kernels give the same bits.
 //
 // Needs a CPU with AVX2 and FMA (PackedGemmSupported); callers fall back to
-// cblas_sgemm elsewhere. Thread-compatible: the functions keep no state but
-// a per-thread scratch buffer.
+// cblas_sgemm elsewhere. PIPETRAIN_PACKED_GEMM_ISA=avx2 keeps an AVX-512
+// CPU on the AVX2 kernel (for comparisons). Thread-compatible: the
+// functions keep no state but a per-thread scratch buffer.
 #ifndef PIPETRAIN_WORKER_COMPUTE_CPU_PACKED_GEMM_H_
 #define PIPETRAIN_WORKER_COMPUTE_CPU_PACKED_GEMM_H_
 
@@ -26,8 +28,17 @@ namespace packed_gemm {
 inline constexpr int64_t kPanelWidth = 16;
 inline constexpr int64_t kDepthBlock = 256;
 
-// True when this CPU runs the kernel (x86-64 with AVX2 and FMA).
-bool PackedGemmSupported();
+// The register kernels.
+enum class Isa { kNone, kAvx2, kAvx512 };
+
+// The kernel Multiply uses on this CPU: AVX-512 where the CPU has it
+// (unless PIPETRAIN_PACKED_GEMM_ISA=avx2), else AVX2 with FMA, else none.
+Isa BestIsa();
+// Whether this CPU runs `isa`'s kernel.
+bool IsaSupported(Isa isa);
+
+// True when this CPU runs a kernel (x86-64 with AVX2 and FMA).
+inline bool PackedGemmSupported() { return BestIsa() != Isa::kNone; }
 
 // Floats a packed [k, n] operand takes (n rounded up to whole panels).
 int64_t PackedSize(int64_t k, int64_t n);
@@ -48,6 +59,18 @@ void Pack(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb,
 void Multiply(int64_t m, int64_t k, int64_t n, const float* a, int64_t lda,
               const float* packed, int64_t panel_begin, int64_t panel_end,
               float* c, int64_t ldc);
+// Multiply with a chosen kernel; requires IsaSupported(isa).
+void MultiplyWith(Isa isa, int64_t m, int64_t k, int64_t n, const float* a,
+                  int64_t lda, const float* packed, int64_t panel_begin,
+                  int64_t panel_end, float* c, int64_t ldc);
+// The general form: C (+)= op(A) op(B), op(A) = A [m, k] or, with trans_a,
+// A^T (A stored [k, m] with row stride lda). With `accumulate` the product
+// is added to C (each output: C + its sum over k, in the order the other
+// form sums); without, C is written, never read.
+void MultiplyWith(Isa isa, int64_t m, int64_t k, int64_t n, const float* a,
+                  int64_t lda, bool trans_a, const float* packed,
+                  int64_t panel_begin, int64_t panel_end, float* c, int64_t ldc,
+                  bool accumulate);
 
 }  // namespace packed_gemm
 }  // namespace pipetrain
