@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "scheduler/scheduler_core.h"
 #include "scheduler/scheduler_core_test_fixture.h"
+#include "scheduler/state_store.h"
 
 namespace pipetrain {
 namespace testing_core {
@@ -285,6 +286,27 @@ TEST_F(RecoveryTest, WorkersThatLeftAreRemovedOrExpireForGood) {
   const auto states = WorkerStates();
   EXPECT_EQ(states.size(), 1u);
   EXPECT_EQ(states.count(busy), 1u);
+}
+
+// A recovery's end is on disk when the heartbeat that ended it returns,
+// not at the next tick: a scheduler killed in between lost the event (the
+// chaos test saw two RECOVERED events for three recoveries).
+TEST_F(RecoveryTest, TheEndOfARecoveryIsWrittenBeforeTheNextTick) {
+  TempDir dir;
+  core_ = MakeCore(&control_, dir.path());
+  ASSERT_NE(core_, nullptr);
+  const v1::Job job = RunningJobOn(4, 3, 10);
+  Train(3);
+  KillStage(job.id(), 1);
+  control_.Advance(1);
+  Heartbeats();  // the last stage steps: the recovery ends; no Tick
+  ASSERT_EQ(EventKinds(Job(job.id())).back(), v1::JOB_EVENT_RECOVERED);
+  auto store = StateStore::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ(EventKinds(jobs->front()).back(), v1::JOB_EVENT_RECOVERED);
 }
 
 }  // namespace
