@@ -89,6 +89,7 @@
 #include "common/status_macros.h"
 #include "scheduler/plan_builder.h"
 #include "services/http/test_http_client.h"
+#include "services/rpc/grpc_util.h"
 #include "spec/job_spec.h"
 #include "spec/schedule.h"
 #include "tests/cluster_harness.h"
@@ -649,19 +650,26 @@ int Main() {
       v1::TrainingSpec spec = *base;
       spec.set_micro_batches(m);
       spec.set_steps(warmup + steps);
-      // The scheduler's profile: worker 0, micro-batches of batch / M.
-      v1::ProfileRequest req;
-      *req.mutable_spec() = spec;
-      req.set_repetitions(3);
-      v1::ProfileResponse profile;
-      grpc::ClientContext ctx;
-      const grpc::Status profiled =
-          workers[0].stub->Profile(&ctx, req, &profile);
-      if (!profiled.ok()) {
-        std::fprintf(stderr, "profile %s: %s\n", model.c_str(),
-                     profiled.error_message().c_str());
-        return 1;
-      }
+      // The scheduler's profile (ProfileRequestFor): worker 0,
+      // micro-batches of batch / M, each layer run as the job's schedule
+      // runs it (weights laid out once a step for the synchronous ones);
+      // one profile per answer.
+      std::map<bool, v1::ProfileResponse> profiles;
+      auto profile_for = [&](v1::ScheduleKindProto kind)
+          -> absl::StatusOr<const v1::ProfileResponse*> {
+        v1::JobSpec job_spec;
+        *job_spec.mutable_training() = spec;
+        job_spec.set_schedule(kind);
+        const v1::ProfileRequest req = ProfileRequestFor(job_spec, 3);
+        auto it = profiles.find(req.reuse_weights());
+        if (it != profiles.end()) return &it->second;
+        v1::ProfileResponse profile;
+        grpc::ClientContext ctx;
+        const grpc::Status profiled =
+            workers[0].stub->Profile(&ctx, req, &profile);
+        if (!profiled.ok()) return FromGrpcStatus(profiled);
+        return &(profiles[req.reuse_weights()] = std::move(profile));
+      };
       for (const auto& [name, kind] : kinds) {
         if (kind == v1::SCHEDULE_ASYNC_1F1B && m != 8) continue;
         Case c;
@@ -670,7 +678,13 @@ int Main() {
         c.kind = kind;
         c.m = m;
         c.spec = spec;
-        const absl::Status planned = PlanCase(profile, &c);
+        absl::StatusOr<const v1::ProfileResponse*> profile = profile_for(kind);
+        if (!profile.ok()) {
+          std::fprintf(stderr, "profile %s: %s\n", model.c_str(),
+                       profile.status().ToString().c_str());
+          return 1;
+        }
+        const absl::Status planned = PlanCase(**profile, &c);
         if (!planned.ok()) {
           std::fprintf(stderr, "plan %s %s M=%d: %s\n", model.c_str(), name, m,
                        planned.ToString().c_str());

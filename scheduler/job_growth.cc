@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "scheduler/elastic_growth.h"
 #include "scheduler/job_events.h"
+#include "scheduler/plan_builder.h"
 #include "scheduler/scheduler_core.h"
 #include "scheduler/stage_driver.h"
 
@@ -100,13 +101,12 @@ absl::StatusOr<GrowthProposal> SchedulerCore::ProposeGrowthFor(
     in.current.push_back(w->second);
   }
   in.joining = joining;
-  v1::ProfileRequest profile_request;
-  *profile_request.mutable_spec() = job.spec().training();
+  v1::ProfileRequest profile_request =
+      ProfileRequestFor(job.spec(), /*repetitions=*/9);
   // The joining worker is idle, but the job's own are busy training, on
   // the same machine when they share one: the fastest of nine runs per
   // layer is its cost without them (a median still moved the layers'
   // relative costs, and the predicted gain, by a third on a loaded host).
-  profile_request.set_repetitions(9);
   profile_request.set_fastest(true);
   ASSIGN_OR_RETURN(in.profile,
                    control_->Profile(joining[0].address(), profile_request));

@@ -290,9 +290,8 @@ absl::StatusOr<v1::Plan> SchedulerCore::PlanAndAssign(
   // Profiling allocates the job's activations: refuse a job that cannot
   // fit before any worker is asked to.
   RETURN_IF_ERROR(CheckJobFitsWorkers(job.spec().training(), idle));
-  v1::ProfileRequest profile_request;
-  *profile_request.mutable_spec() = job.spec().training();
-  profile_request.set_repetitions(3);
+  const v1::ProfileRequest profile_request =
+      ProfileRequestFor(job.spec(), /*repetitions=*/3);
   PlanInputs inputs;
   inputs.job_id = job.id();
   inputs.spec = job.spec();

@@ -238,9 +238,8 @@ absl::StatusOr<v1::Plan> SchedulerCore::RepairPlan(const v1::Job& job,
 absl::StatusOr<v1::Plan> SchedulerCore::Replan(
     const v1::Job& job, std::vector<v1::WorkerInfo> workers) {
   const auto start = std::chrono::steady_clock::now();
-  v1::ProfileRequest profile_request;
-  *profile_request.mutable_spec() = job.spec().training();
-  profile_request.set_repetitions(3);
+  const v1::ProfileRequest profile_request =
+      ProfileRequestFor(job.spec(), /*repetitions=*/3);
   PlanInputs inputs;
   inputs.job_id = job.id();
   inputs.spec = job.spec();

@@ -432,6 +432,17 @@ int ChunksPerWorker(const v1::JobSpec& spec) {
   return spec.virtual_stages() > 0 ? spec.virtual_stages() : 2;
 }
 
+v1::ProfileRequest ProfileRequestFor(const v1::JobSpec& spec, int repetitions) {
+  v1::ProfileRequest request;
+  *request.mutable_spec() = spec.training();
+  request.set_repetitions(repetitions);
+  const absl::StatusOr<ScheduleKind> kind =
+      ScheduleKindFromProto(spec.schedule());
+  request.set_reuse_weights(kind.ok() && !IsCrossStep(*kind) &&
+                            spec.training().micro_batches() > 1);
+  return request;
+}
+
 absl::Status CheckJobSpec(const v1::JobSpec& spec, int alive_workers) {
   const int layers = spec.training().model().layers_size();
   if (spec.num_stages() < 0) {

@@ -38,6 +38,13 @@ namespace pipetrain {
 // SCHEDULE_INTERLEAVED, else 1.
 int ChunksPerWorker(const v1::JobSpec& spec);
 
+// The request to profile `spec`'s layers as its stages will run them: the
+// training spec, `repetitions` runs, and reuse_weights where the stages
+// keep their weights laid out across a step's micro-batches (a synchronous
+// schedule with more than one micro-batch; StageCompute::Build decides the
+// same).
+v1::ProfileRequest ProfileRequestFor(const v1::JobSpec& spec, int repetitions);
+
 // What a job spec must satisfy for planning, beyond the model's own rules:
 // InvalidArgument naming the field (stage count vs layers, vertical sync,
 // interleaving's divisibility); FailedPrecondition when it asks for more

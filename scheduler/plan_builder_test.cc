@@ -326,5 +326,33 @@ TEST(CheckJobSpecTest, RejectsWhatCannotBePlanned) {
   EXPECT_TRUE(absl::IsInvalidArgument(CheckJobSpec(spec, 2)));
 }
 
+// A profile times the layers as the job's stages will run them: with
+// weights laid out once a step only where a stage keeps them so (a
+// synchronous schedule with several micro-batches; StageCompute::Build).
+TEST(ProfileRequestForTest, ReusedWeightsExactlyWhereTheStagesReuseThem) {
+  v1::JobSpec spec;
+  spec.mutable_training()->set_batch_size(64);
+  struct Case {
+    v1::ScheduleKindProto schedule;
+    int micro_batches;
+    bool reuse;
+  };
+  const Case cases[] = {
+      {v1::SCHEDULE_GPIPE, 8, true},  {v1::SCHEDULE_1F1B_FLUSH, 4, true},
+      {v1::SCHEDULE_ZB_H1, 8, true},  {v1::SCHEDULE_INTERLEAVED, 8, true},
+      {v1::SCHEDULE_GPIPE, 1, false}, {v1::SCHEDULE_ASYNC_1F1B, 8, false},
+      {v1::SCHEDULE_2BW, 8, false},
+  };
+  for (const Case& c : cases) {
+    spec.set_schedule(c.schedule);
+    spec.mutable_training()->set_micro_batches(c.micro_batches);
+    const v1::ProfileRequest request = ProfileRequestFor(spec, 5);
+    EXPECT_EQ(request.reuse_weights(), c.reuse)
+        << v1::ScheduleKindProto_Name(c.schedule) << " M=" << c.micro_batches;
+    EXPECT_EQ(request.repetitions(), 5);
+    EXPECT_EQ(request.spec().micro_batches(), c.micro_batches);
+  }
+}
+
 }  // namespace
 }  // namespace pipetrain

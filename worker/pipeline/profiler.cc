@@ -78,9 +78,11 @@ struct LayerRuns {
 // backward and optimizer update after one warm-up, appending to `runs`.
 absl::Status TimeLayer(const v1::TrainingSpec& spec,
                        const std::vector<Shape>& shapes, int i, int64_t batch,
-                       int repetitions, Backend* backend, LayerRuns* runs) {
+                       int repetitions, bool reuse_weights, Backend* backend,
+                       LayerRuns* runs) {
   ASSIGN_OR_RETURN(std::unique_ptr<Model> layer,
                    Model::Build(spec.model(), i, i + 1, backend, spec.seed()));
+  layer->ReuseWeights(reuse_weights);
   Shape in = {batch};
   in.insert(in.end(), shapes[i].begin(), shapes[i].end());
   ASSIGN_OR_RETURN(Tensor host_x, ProfileInput(spec.model(), i, in));
@@ -118,6 +120,8 @@ absl::Status TimeLayer(const v1::TrainingSpec& spec,
         scale = ClipScale(sum, optimizer->clip_grad_norm());
       }
       RETURN_IF_ERROR(optimizer->Step(params, scale));
+      // Reused weights are laid out again once a step, after the update.
+      if (reuse_weights) RETURN_IF_ERROR(layer->PrepareWeights());
       RETURN_IF_ERROR(backend->Synchronize());
       o = std::chrono::duration<double>(Clock::now() - start).count();
     }
@@ -132,11 +136,9 @@ absl::Status TimeLayer(const v1::TrainingSpec& spec,
 
 }  // namespace
 
-absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
-                                                  int64_t batch,
-                                                  int repetitions,
-                                                  Backend* backend,
-                                                  bool fastest) {
+absl::StatusOr<v1::ProfileResponse> ProfileLayers(
+    const v1::TrainingSpec& spec, int64_t batch, int repetitions,
+    Backend* backend, bool fastest, bool reuse_weights) {
   ASSIGN_OR_RETURN(std::vector<Shape> shapes, ValidateModelSpec(spec.model()));
   if (batch <= 0) {
     batch = std::max<int64_t>(
@@ -160,14 +162,15 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
   // the plan cut the model one block off balance.
   for (int i = 0; i < layers; ++i) {
     LayerRuns discarded;
-    RETURN_IF_ERROR(TimeLayer(spec, shapes, i, batch, 1, backend, &discarded));
+    RETURN_IF_ERROR(TimeLayer(spec, shapes, i, batch, 1, reuse_weights, backend,
+                              &discarded));
   }
   std::vector<LayerRuns> runs(layers);
   for (int round = 0; round < rounds; ++round) {
     const int reps = repetitions / rounds + (round < repetitions % rounds);
     for (int i = 0; i < layers; ++i) {
-      RETURN_IF_ERROR(
-          TimeLayer(spec, shapes, i, batch, reps, backend, &runs[i]));
+      RETURN_IF_ERROR(TimeLayer(spec, shapes, i, batch, reps, reuse_weights,
+                                backend, &runs[i]));
     }
   }
   v1::ProfileResponse out;

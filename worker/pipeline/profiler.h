@@ -16,12 +16,13 @@ namespace pipetrain {
 // `batch` samples (default: batch_size / micro_batches), taking the median
 // of `repetitions` runs (default 3) after one warm-up, or with `fastest`
 // the fastest of `repetitions` rounds through the layers of one warm-up
-// and one timed run each.
-absl::StatusOr<v1::ProfileResponse> ProfileLayers(const v1::TrainingSpec& spec,
-                                                  int64_t batch,
-                                                  int repetitions,
-                                                  Backend* backend,
-                                                  bool fastest = false);
+// and one timed run each. With `reuse_weights` each layer runs as a
+// synchronous stage with M > 1 runs it (ProfileRequest.reuse_weights): its
+// products against weights laid out once, the layout remade after each
+// update and counted in the optimizer's time.
+absl::StatusOr<v1::ProfileResponse> ProfileLayers(
+    const v1::TrainingSpec& spec, int64_t batch, int repetitions,
+    Backend* backend, bool fastest = false, bool reuse_weights = false);
 
 // Float32 GEMM speed of `backend` (GFLOP/s), from a few 512^3 products.
 // Registration reports it so the planner can weigh workers against each

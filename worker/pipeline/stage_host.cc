@@ -223,10 +223,10 @@ absl::StatusOr<v1::ProfileResponse> StageHost::Profile(
           "cannot profile while a stage is training");
     }
   }
-  ASSIGN_OR_RETURN(
-      v1::ProfileResponse response,
-      ProfileLayers(request.spec(), request.batch(), request.repetitions(),
-                    backend_.get(), request.fastest()));
+  ASSIGN_OR_RETURN(v1::ProfileResponse response,
+                   ProfileLayers(request.spec(), request.batch(),
+                                 request.repetitions(), backend_.get(),
+                                 request.fastest(), request.reuse_weights()));
   ScaleLayerTimes(1.0 / compute_share_, &response);
   return response;
 }
