@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "worker/compute/host_device.h"
 
@@ -19,20 +20,76 @@ PT_HOST_DEVICE inline float ReluGrad(float y, float dy) {
   return y > 0.0f ? dy : 0.0f;
 }
 
-// GELU, tanh approximation.
+// The bits of a float and back (type punning the device also compiles).
+PT_HOST_DEVICE inline uint32_t FloatBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+#endif
+}
+
+PT_HOST_DEVICE inline float BitsToFloat(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+#endif
+}
+
+// e^x with x clamped to [-87, 88] (results from 1.6e-38, still a normal
+// float, to 1.65e38), within about 2 ulp of the exact value. Branch-free
+// arithmetic only, so that a loop over it vectorizes (libm's expf and
+// tanhf do not): x = k ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so
+// k ln2 is exact), e^r by its Taylor series to r^7 (truncation below
+// 1e-8 relative), 2^k written into the exponent bits.
+PT_HOST_DEVICE inline float ExpClamped(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  // Adding 1.5 * 2^23 rounds x log2(e) to an integer k held in the low
+  // mantissa bits; subtracting it again gives k as a float.
+  const float kShift = 12582912.0f;
+  const float shifted = x * 1.44269504088896341f + kShift;
+  const float k = shifted - kShift;
+  const float r = (x - k * 0.693145751953125f) - k * 1.42860682030941723e-6f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  // k in [-126, 127]: 2^k is the float with biased exponent k + 127.
+  const uint32_t k_bits = FloatBits(shifted) - FloatBits(kShift);
+  return p * BitsToFloat((k_bits + 127u) << 23);
+}
+
+// GELU, tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x +
+// 0.044715 x^3), computed as x * sigmoid(2u) (the same function, since
+// (1 + tanh(u)) / 2 = 1 / (1 + e^-2u)) so that it needs one exponential
+// and no cancellation where tanh(u) is near -1.
 PT_HOST_DEVICE inline float Gelu(float x) {
   const float kAlpha = 0.7978845608028654f;  // sqrt(2 / pi)
   const float inner = kAlpha * (x + 0.044715f * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(inner));
+  return x / (1.0f + ExpClamped(-2.0f * inner));
 }
 
+// d/dx [x s(2u)] = s + 2 x s (1 - s) u', s = sigmoid(2u) = 1 / (1 + e),
+// e = e^-2u, u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2); 1 - s is written
+// e s, which keeps its precision where s is near 1.
 PT_HOST_DEVICE inline float GeluGrad(float x, float dy) {
   const float kAlpha = 0.7978845608028654f;
   const float x2 = x * x;
   const float inner = kAlpha * (x + 0.044715f * x2 * x);
-  const float t = tanhf(inner);
+  const float e = ExpClamped(-2.0f * inner);
+  const float s = 1.0f / (1.0f + e);
   const float dinner = kAlpha * (1.0f + 3.0f * 0.044715f * x2);
-  return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
+  return dy * (s + 2.0f * x * (e * s) * s * dinner);
 }
 
 // SplitMix64: a counter-based generator, so element i of a random stream is

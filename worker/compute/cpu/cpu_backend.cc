@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/compute/cpu/blas_kernels.h"
+#include "worker/compute/cpu/elementwise_kernels.h"
 #include "worker/compute/cpu/optimizer_kernels.h"
 #include "worker/compute/cpu/packed_gemm.h"
 #include "worker/compute/cpu/parallel_for.h"
@@ -251,9 +252,7 @@ class CpuBackend final : public Backend {
 
   absl::Status GeluForward(int64_t n, const float* x, float* y) override {
     pool_.Run(n, kParallelGrain / 8, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        y[i] = math::Gelu(x[i]);
-      }
+      cpu_kernels::GeluForwardRange(begin, end, x, y);
     });
     return absl::OkStatus();
   }
@@ -261,9 +260,7 @@ class CpuBackend final : public Backend {
   absl::Status GeluBackward(int64_t n, const float* x, const float* dy,
                             float* dx) override {
     pool_.Run(n, kParallelGrain / 8, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        dx[i] = math::GeluGrad(x[i], dy[i]);
-      }
+      cpu_kernels::GeluBackwardRange(begin, end, x, dy, dx);
     });
     return absl::OkStatus();
   }

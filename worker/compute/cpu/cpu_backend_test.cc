@@ -203,6 +203,65 @@ TEST_F(CpuBackendTest, OptimizerUpdatesEqualTheScalarStepOnEveryElement) {
   }
 }
 
+// GELU (tanh approximation) and its derivative against long-double
+// references: 0.5 x (1 + tanh(u)) written as x / (1 + e^-2u), the same
+// function (checked below) without tanh's cancellation near -1.
+TEST_F(CpuBackendTest, GeluAndItsGradientMatchALongDoubleReference) {
+  const auto inner = [](long double x) {
+    return 0.7978845608028654L * (x + 0.044715L * x * x * x);
+  };
+  for (const long double u : {-3.0L, -0.4L, 0.0L, 0.25L, 2.0L}) {
+    ASSERT_NEAR(static_cast<double>(0.5L * (1 + tanhl(u))),
+                static_cast<double>(1 / (1 + expl(-2 * u))), 1e-15);
+  }
+  std::vector<float> x;
+  for (float v = -12.0f; v < 12.0f; v += 1.0f / 512) x.push_back(v);
+  for (const float v : {-90.0f, -30.0f, 30.0f, 90.0f, 1e-20f, -1e-20f}) {
+    x.push_back(v);
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> dy(n), y(n), dx(n);
+  for (int64_t i = 0; i < n; ++i) dy[i] = 0.5f + 0.25f * (i % 5);
+  ASSERT_TRUE(backend_->GeluForward(n, x.data(), y.data()).ok());
+  ASSERT_TRUE(backend_->GeluBackward(n, x.data(), dy.data(), dx.data()).ok());
+  for (int64_t i = 0; i < n; ++i) {
+    const long double xi = x[i], u = inner(xi);
+    const long double e = expl(-2 * u), s = 1 / (1 + e);
+    const long double want = xi * s;
+    // d/dx x s(2u) = s + 2 x s (1 - s) u'.
+    const long double want_grad =
+        dy[i] * (s + 2 * xi * s * (1 - s) * 0.7978845608028654L *
+                         (1 + 3 * 0.044715L * xi * xi));
+    // The float evaluation of u limits the relative error where e^-2u is
+    // far from 1 (|x| > 4); below 1e-30 only the absolute error counts.
+    const double rel = std::fabs(x[i]) < 4 ? 2e-6 : 2e-5;
+    ASSERT_NEAR(y[i], static_cast<double>(want),
+                rel * std::fabs(static_cast<double>(want)) + 1e-30)
+        << "x = " << x[i];
+    ASSERT_NEAR(dx[i], static_cast<double>(want_grad),
+                1e-6 * (1 + std::fabs(static_cast<double>(want_grad))))
+        << "x = " << x[i];
+  }
+}
+
+// The backend runs GELU in a loop compiled for the widest vectors the CPU
+// has; it gives the bits of the plain scalar formula, so every machine
+// computes the same activations.
+TEST_F(CpuBackendTest, GeluGivesTheScalarFormulasBitsOnThisCpu) {
+  const int64_t n = 100003;
+  std::vector<float> x(n), dy(n), y(n), dx(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = 8.0f * std::sin(0.37f * static_cast<float>(i));
+    dy[i] = std::cos(0.11f * static_cast<float>(i));
+  }
+  ASSERT_TRUE(backend_->GeluForward(n, x.data(), y.data()).ok());
+  ASSERT_TRUE(backend_->GeluBackward(n, x.data(), dy.data(), dx.data()).ok());
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(y[i], math::Gelu(x[i])) << "x = " << x[i];
+    ASSERT_EQ(dx[i], math::GeluGrad(x[i], dy[i])) << "x = " << x[i];
+  }
+}
+
 TEST_F(CpuBackendTest, CausalSoftmaxMasksTheFuture) {
   const int t = 3;
   std::vector<float> x(t * t, 1.0f), y(t * t);
