@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
+#include "worker/compute/half.h"
 #include "worker/compute/host_device.h"
 
 namespace pipetrain {
@@ -20,33 +20,13 @@ PT_HOST_DEVICE inline float ReluGrad(float y, float dy) {
   return y > 0.0f ? dy : 0.0f;
 }
 
-// The bits of a float and back (type punning the device also compiles).
-PT_HOST_DEVICE inline uint32_t FloatBits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-#endif
-}
-
-PT_HOST_DEVICE inline float BitsToFloat(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-#endif
-}
-
 // e^x with x clamped to [-87, 88] (results from 1.6e-38, still a normal
 // float, to 1.65e38), within about 2 ulp of the exact value. Branch-free
 // arithmetic only, so that a loop over it vectorizes (libm's expf and
 // tanhf do not): x = k ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so
 // k ln2 is exact), e^r by its Taylor series to r^7 (truncation below
-// 1e-8 relative), 2^k written into the exponent bits.
+// 1e-8 relative), 2^k written into the exponent bits (FloatBits and
+// BitsToFloat of half.h).
 PT_HOST_DEVICE inline float ExpClamped(float x) {
   x = x < -87.0f ? -87.0f : x;
   x = x > 88.0f ? 88.0f : x;
