@@ -8,6 +8,7 @@
 #include "spec/model_spec.h"
 #include "spec/size_limits.h"
 #include "worker/compute/elementwise_math.h"
+#include "worker/nn/loss.h"
 #include "worker/nn/model.h"
 #include "worker/nn/optimizer.h"
 
@@ -74,14 +75,16 @@ struct LayerRuns {
   int64_t parameter_bytes = 0;
 };
 
-// Builds layer `i` alone and times `repetitions` runs of its forward,
-// backward and optimizer update after one warm-up, appending to `runs`.
+// Builds layer `i` alone and times `repetitions` runs of its forward (with
+// the loss when it is the model's last layer), backward and optimizer
+// update after one warm-up, appending to `runs`.
 absl::Status TimeLayer(const v1::TrainingSpec& spec,
                        const std::vector<Shape>& shapes, int i, int64_t batch,
                        int repetitions, bool reuse_weights, Backend* backend,
                        LayerRuns* runs) {
   ASSIGN_OR_RETURN(std::unique_ptr<Model> layer,
                    Model::Build(spec.model(), i, i + 1, backend, spec.seed()));
+  const bool last = i + 1 == spec.model().layers_size();
   layer->ReuseWeights(reuse_weights);
   Shape in = {batch};
   in.insert(in.end(), shapes[i].begin(), shapes[i].end());
@@ -100,9 +103,26 @@ absl::Status TimeLayer(const v1::TrainingSpec& spec,
     auto start = Clock::now();
     ASSIGN_OR_RETURN(Tensor y, layer->Forward(x, options, &contexts));
     RETURN_IF_ERROR(backend->Synchronize());
-    const double f =
-        std::chrono::duration<double>(Clock::now() - start).count();
+    double f = std::chrono::duration<double>(Clock::now() - start).count();
     runs->activation_bytes = y.bytes();
+    if (last) {
+      // The stage holding the last layer also computes the loss and its
+      // gradient for every micro-batch (the schedule simulator folds the
+      // loss into that forward): both count with this layer's forward.
+      // Labels of class 0 cost what any valid labels do.
+      Shape label_shape = y.shape();
+      label_shape.pop_back();
+      ASSIGN_OR_RETURN(Tensor labels, backend->Allocate(label_shape));
+      SoftmaxCrossEntropyLoss loss(backend);
+      LayerContext loss_context;
+      start = Clock::now();
+      RETURN_IF_ERROR(loss.Forward(y, labels, &loss_context).status());
+      RETURN_IF_ERROR(loss.Backward(1.0f / static_cast<float>(labels.numel()),
+                                    &loss_context)
+                          .status());
+      RETURN_IF_ERROR(backend->Synchronize());
+      f += std::chrono::duration<double>(Clock::now() - start).count();
+    }
     ASSIGN_OR_RETURN(Tensor dy, backend->Allocate(y.shape()));
     RETURN_IF_ERROR(backend->Fill(dy.f32(), dy.numel(), 1e-3f));
     ZeroGrads(layer->params());

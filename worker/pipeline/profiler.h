@@ -19,7 +19,9 @@ namespace pipetrain {
 // and one timed run each. With `reuse_weights` each layer runs as a
 // synchronous stage with M > 1 runs it (ProfileRequest.reuse_weights): its
 // products against weights laid out once, the layout remade after each
-// update and counted in the optimizer's time.
+// update and counted in the optimizer's time. The last layer's forward
+// time includes the loss and its gradient, which the stage holding it
+// computes for every micro-batch.
 absl::StatusOr<v1::ProfileResponse> ProfileLayers(
     const v1::TrainingSpec& spec, int64_t batch, int repetitions,
     Backend* backend, bool fastest = false, bool reuse_weights = false);

@@ -363,6 +363,38 @@ TEST(StageHostTest, ProfilesTheFastestRunsOverRoundsThroughTheLayers) {
   }
 }
 
+// The stage holding the last layer computes the loss for every
+// micro-batch; its profile counts it. A ReLU over 2048 classes profiled as
+// the last layer and, in a model one ReLU longer, as the one before it:
+// only as the last does it hold a softmax cross-entropy and its gradient
+// (an exponential per element, many times a ReLU's cost).
+TEST(StageHostTest, TheLastLayersProfileCountsTheLoss) {
+  StageHost host(CreateCpuBackend(1), nullptr);
+  v1::ProfileRequest request;
+  *request.mutable_spec() = Spec();
+  v1::ModelSpec* model = request.mutable_spec()->mutable_model();
+  model->mutable_layers(2)->mutable_linear()->set_out_features(2048);
+  model->add_layers()->mutable_relu();
+  request.set_batch(256);
+  request.set_repetitions(5);
+  request.set_fastest(true);
+  v1::ProfileRequest longer = request;
+  longer.mutable_spec()->mutable_model()->add_layers()->mutable_relu();
+  absl::StatusOr<v1::ProfileResponse> as_last = host.Profile(request);
+  absl::StatusOr<v1::ProfileResponse> as_inner = host.Profile(longer);
+  ASSERT_TRUE(as_last.ok()) << as_last.status();
+  ASSERT_TRUE(as_inner.ok()) << as_inner.status();
+  ASSERT_EQ(as_last->layers_size(), 4);
+  ASSERT_EQ(as_inner->layers_size(), 5);
+  const v1::LayerProfile& last = as_last->layers(3);
+  const v1::LayerProfile& inner = as_inner->layers(3);
+  EXPECT_EQ(last.kind(), inner.kind());
+  EXPECT_EQ(last.activation_bytes(), inner.activation_bytes());
+  EXPECT_GT(last.forward_seconds(), 3 * inner.forward_seconds())
+      << "as the last layer " << last.forward_seconds() << " s, inside "
+      << inner.forward_seconds() << " s";
+}
+
 // A worker under a CPU quota (compute_share) reports its profile as that
 // much slower: the short timed runs go at full speed within one quota
 // period, the training it predicts does not.
