@@ -330,11 +330,9 @@ class CpuBackend final : public Backend {
                   float max_v = -std::numeric_limits<float>::infinity();
                   for (int64_t c = 0; c < valid; ++c)
                     max_v = std::max(max_v, in[c]);
+                  cpu_kernels::ExpShifted(valid, in, max_v, out);
                   float sum = 0.0f;
-                  for (int64_t c = 0; c < valid; ++c) {
-                    out[c] = std::exp(in[c] - max_v);
-                    sum += out[c];
-                  }
+                  for (int64_t c = 0; c < valid; ++c) sum += out[c];
                   const float inv = 1.0f / sum;
                   for (int64_t c = 0; c < valid; ++c) out[c] *= inv;
                   for (int64_t c = valid; c < cols; ++c) out[c] = 0.0f;

@@ -272,6 +272,47 @@ TEST_F(CpuBackendTest, CausalSoftmaxMasksTheFuture) {
   EXPECT_NEAR(y[8], 1.0f / 3, 1e-7);
 }
 
+// Softmax rows (plain and causal) against a long-double reference, with
+// logits spread over 200 so that some probabilities fall below e^-87 (0
+// there, as in float).
+TEST_F(CpuBackendTest, SoftmaxMatchesALongDoubleReference) {
+  const int64_t rows = 64, cols = 256;
+  std::vector<float> x(rows * cols), y(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float t = static_cast<float>(i);
+    x[i] = (i / cols) % 2 == 0 ? 6.0f * std::sin(0.7f * t)
+                               : 100.0f * std::sin(0.3f * t);
+  }
+  for (const int64_t causal_t : {int64_t{0}, int64_t{16}}) {
+    ASSERT_TRUE(
+        backend_->SoftmaxForward(rows, cols, causal_t, x.data(), y.data())
+            .ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t valid =
+          causal_t > 0 ? std::min(cols, r % causal_t + 1) : cols;
+      long double max_v = x[r * cols];
+      for (int64_t c = 0; c < valid; ++c) {
+        max_v = std::max<long double>(max_v, x[r * cols + c]);
+      }
+      long double sum = 0;
+      for (int64_t c = 0; c < valid; ++c) sum += expl(x[r * cols + c] - max_v);
+      for (int64_t c = 0; c < cols; ++c) {
+        const long double d = x[r * cols + c] - max_v;
+        const long double want = c < valid ? expl(d) / sum : 0.0L;
+        // x - max rounds to float: relative error up to 2^-24 |x - max|.
+        const double rel = 1e-6 + 1.2e-7 * std::fabs(static_cast<double>(d));
+        ASSERT_NEAR(y[r * cols + c], static_cast<double>(want),
+                    rel * static_cast<double>(want) + 1e-37)
+            << "row " << r << " col " << c << " causal " << causal_t;
+        // Where even a float's denormals end, exactly 0.
+        if (d < -104) {
+          ASSERT_EQ(y[r * cols + c], 0.0f) << "row " << r << " col " << c;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CpuBackendTest, CrossEntropyRejectsBadLabels) {
   std::vector<float> logits = {1, 2, 3, 4}, labels = {1, 2};
   std::vector<float> probs(4), loss(2), correct(2);

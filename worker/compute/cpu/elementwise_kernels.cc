@@ -24,5 +24,13 @@ PT_VECTOR_CLONES void GeluBackwardRange(int64_t begin, int64_t end,
   for (int64_t i = begin; i < end; ++i) dx[i] = math::GeluGrad(x[i], dy[i]);
 }
 
+PT_VECTOR_CLONES void ExpShifted(int64_t n, const float* in, float shift,
+                                 float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = in[i] - shift;
+    out[i] = x < -87.0f ? 0.0f : math::ExpClamped(x);
+  }
+}
+
 }  // namespace cpu_kernels
 }  // namespace pipetrain
