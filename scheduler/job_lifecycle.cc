@@ -355,8 +355,10 @@ void SchedulerCore::FinishJob(const std::string& job_id) {
     const std::string why = absl::StrCat("the end-of-job evaluation failed: ",
                                          eval.status().ToString());
     // Recovered like any loss, from the latest committed checkpoint (the
-    // final one when it was committed: nothing is trained again); without
-    // one there is nothing to evaluate again from.
+    // final one when it was committed: nothing is trained again); with
+    // checkpoints on but none committed yet (a scheduler away while the
+    // job ran to its end fetched none), from the job's start: every step
+    // is trained again. With checkpoints off the job fails.
     if (const std::optional<std::string> cannot = WhyNoEvalRecovery(job_id)) {
       FailJob(job_id, absl::StrCat(why, "; it cannot be recovered: ", *cannot));
       return;
@@ -390,20 +392,19 @@ std::optional<std::string> SchedulerCore::WhyNoEvalRecovery(
   if (options_.checkpoints == nullptr) {
     return "this scheduler keeps no checkpoints (it has no data directory)";
   }
-  absl::StatusOr<CheckpointInfo> latest = options_.checkpoints->Latest(job_id);
-  if (latest.ok()) return std::nullopt;
-  if (!absl::IsNotFound(latest.status())) {
-    return absl::StrCat("its checkpoints could not be listed: ",
-                        latest.status().ToString());
-  }
   bool off = false;
   {
     absl::MutexLock lock(&mu_);
     off = (*jobs_.Find(job_id))->job.spec().training().checkpoint_every() < 0;
   }
-  return off ? "the job has no checkpoint (checkpoints are off: "
-               "checkpointEvery is -1)"
-             : "the job has no committed checkpoint";
+  if (off) {
+    return "the job has no checkpoint (checkpoints are off: "
+           "checkpointEvery is -1)";
+  }
+  absl::StatusOr<CheckpointInfo> latest = options_.checkpoints->Latest(job_id);
+  if (latest.ok() || absl::IsNotFound(latest.status())) return std::nullopt;
+  return absl::StrCat("its checkpoints could not be listed: ",
+                      latest.status().ToString());
 }
 
 void SchedulerCore::FailJob(const std::string& job_id, const std::string& why) {

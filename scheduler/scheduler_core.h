@@ -260,10 +260,11 @@ class SchedulerCore {
   // Takes the final checkpoint and evaluates through the stages: COMPLETED.
   // A failed evaluation is recovered from the latest committed checkpoint
   // (record->eval_failure; the control loop recovers once the cause is
-  // known) and evaluated again; without a checkpoint the job fails.
+  // known) and evaluated again; with none committed yet, from the job's
+  // start (every step trained again); with checkpoints off the job fails.
   void FinishJob(const std::string& job_id);
   // Why a job whose end-of-job evaluation failed cannot be recovered (no
-  // committed checkpoint to resume from), or nullopt.
+  // checkpoint store, checkpoints off, the store unreadable), or nullopt.
   std::optional<std::string> WhyNoEvalRecovery(const std::string& job_id)
       ABSL_LOCKS_EXCLUDED(mu_);
   void FailJob(const std::string& job_id, const std::string& why);

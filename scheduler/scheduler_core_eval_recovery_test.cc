@@ -3,8 +3,9 @@
 // every stage is restored from the final checkpoint, so nothing is trained
 // again, and the job is evaluated again and completes; without the final
 // checkpoint the last periodic one is trained on from; a stage's own
-// evaluation error is recovered a lease later; without any checkpoint, or
-// once the restarts are spent, the job fails saying why.
+// evaluation error is recovered a lease later; with checkpoints on but none
+// committed yet every step is trained again; with checkpoints off, or once
+// the restarts are spent, the job fails saying why.
 #include <memory>
 #include <set>
 #include <string>
@@ -243,6 +244,45 @@ TEST_F(EvalRecoveryTest, WithoutTheFinalCheckpointThePeriodicOneIsTrainedOn) {
   EXPECT_EQ(done.evaluations_size(), 1);
   // Its final checkpoint was taken this time.
   EXPECT_THAT(CheckpointSteps(job.id()), ElementsAre(kEvery, kSteps));
+}
+
+// Checkpoints are on but none was committed (a scheduler away while the job
+// ran to its end fetched none, and the final one failed): the job is trained
+// again from its start instead of failing, and completes.
+TEST_F(EvalRecoveryTest, WithNoCheckpointCommittedYetEveryStepIsTrainedAgain) {
+  StartWithCatalog();
+  const v1::Job job = AlmostDone(3, /*every=*/100);
+  const v1::Plan plan = PlanOf(job.id());
+  control_.FailNext(Method::kFetchSnapshot, plan.stages(0).worker_address(),
+                    absl::UnavailableError("stream broke"));
+  control_.FailNext(Method::kEvaluate, plan.stages(1).worker_address(),
+                    absl::InternalError("out of memory"));
+  Train(1);
+  ASSERT_TRUE(CheckpointSteps(job.id()).empty());
+  ASSERT_EQ(Job(job.id()).state(), v1::JOB_STATE_RUNNING)
+      << Job(job.id()).error();
+
+  const size_t configured = control_.CallsOf(Method::kConfigure).size();
+  PassTheGrace();
+  const v1::Job recovering = Job(job.id());
+  ASSERT_EQ(recovering.state(), v1::JOB_STATE_RUNNING) << recovering.error();
+  EXPECT_EQ(recovering.restarts(), 1);
+  const auto again = ConfiguresSince(configured);
+  ASSERT_EQ(again.size(), 3u);
+  for (const auto& c : again) {
+    EXPECT_EQ(c.config.start_step(), 0);
+    EXPECT_FALSE(c.config.restore_expected());
+  }
+  ASSERT_EQ(recovering.rollbacks_size(), 1);
+  EXPECT_EQ(recovering.rollbacks(0).from_step(), kSteps);
+  EXPECT_EQ(recovering.rollbacks(0).to_step(), 0);
+
+  Train(kSteps);
+  const v1::Job done = Job(job.id());
+  ASSERT_EQ(done.state(), v1::JOB_STATE_COMPLETED) << done.error();
+  EXPECT_EQ(done.step(), kSteps);
+  EXPECT_EQ(done.evaluations_size(), 1);
+  EXPECT_THAT(CheckpointSteps(job.id()), ElementsAre(kSteps));
 }
 
 TEST_F(EvalRecoveryTest, WithCheckpointsOffTheJobFailsSayingWhy) {
