@@ -438,8 +438,9 @@ v1::ProfileRequest ProfileRequestFor(const v1::JobSpec& spec, int repetitions) {
   request.set_repetitions(repetitions);
   const absl::StatusOr<ScheduleKind> kind =
       ScheduleKindFromProto(spec.schedule());
-  request.set_reuse_weights(kind.ok() && !IsCrossStep(*kind) &&
-                            spec.training().micro_batches() > 1);
+  request.set_reuse_weights(
+      kind.ok() &&
+      ReusesWeights(*kind, static_cast<int>(spec.training().micro_batches())));
   return request;
 }
 

@@ -385,6 +385,10 @@ bool IsCrossStep(ScheduleKind kind) {
   return kind == ScheduleKind::kOneFOneBAsync || kind == ScheduleKind::kTwoBW;
 }
 
+bool ReusesWeights(ScheduleKind kind, int micro_batches) {
+  return !IsCrossStep(kind) && micro_batches > 1;
+}
+
 int StepLookback(const ScheduleParams& params, int stage) {
   if (!IsCrossStep(params.kind) || params.micro_batches < 1) return 0;
   const int warmup = CrossStepWarmup(params, stage);

@@ -74,6 +74,11 @@ absl::StatusOr<OpKind> ParseOpKindShortName(absl::string_view name);
 std::string ToString(const Instruction& instruction);
 // True for the schedules whose pipeline runs on across step boundaries.
 bool IsCrossStep(ScheduleKind kind);
+// True when a stage multiplies every micro-batch of a step by unchanged
+// weights (a synchronous schedule, more than one micro-batch), so it lays
+// them out for the GEMM once a step; the profiler measures layers the same
+// way for such a job.
+bool ReusesWeights(ScheduleKind kind, int micro_batches);
 
 struct ScheduleParams {
   ScheduleKind kind = ScheduleKind::kGPipe;

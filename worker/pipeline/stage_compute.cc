@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "spec/schedule.h"
 #include "worker/pipeline/gradient_norm.h"
 #include "worker/pipeline/micro_batch.h"
 
@@ -52,7 +53,7 @@ absl::Status StageCompute::Build() {
   ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(spec.optimizer(), backend_));
   if (setup_.cross_step) {
     stash_ = std::make_unique<WeightStash>(backend_, all_params_);
-  } else if (setup_.params.micro_batches > 1) {
+  } else if (ReusesWeights(setup_.params.kind, setup_.params.micro_batches)) {
     // Synchronous: the weights multiply every micro-batch of a step
     // unchanged, so they are laid out for the GEMM once a step rather than
     // in every product.
