@@ -109,7 +109,7 @@ TEST_F(CpuBackendTest, FewRowsTimesAWideTransposedMatrixMatchesNaiveProduct) {
 }
 
 // Large products go through the packed kernel when the CPU has AVX-512
-// (CpuBackend::GemmPackingB; a weight gradient's shape, A^T B, also when
+// (CpuGemm::GemmPackingB; a weight gradient's shape, A^T B, also when
 // shallow): every transpose, beta 0 (C never read) and 1, padded strides,
 // against a double-precision product. On other CPUs the same calls check
 // OpenBLAS.
