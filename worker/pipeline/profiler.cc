@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -75,80 +78,119 @@ struct LayerRuns {
   int64_t parameter_bytes = 0;
 };
 
-// Builds layer `i` alone and times `repetitions` runs of its forward (with
-// the loss when it is the model's last layer), backward and optimizer
-// update after one warm-up, appending to `runs`.
-absl::Status TimeLayer(const v1::TrainingSpec& spec,
-                       const std::vector<Shape>& shapes, int i, int64_t batch,
-                       int repetitions, bool reuse_weights, Backend* backend,
-                       LayerRuns* runs) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Model> layer,
-                   Model::Build(spec.model(), i, i + 1, backend, spec.seed()));
-  const bool last = i + 1 == spec.model().layers_size();
-  layer->ReuseWeights(reuse_weights);
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Builds layers [begin, end) as one chain and times `repetitions` runs of a
+// micro-batch through it after one warm-up, appending to runs[begin..end):
+// the micro-batch's forward through every layer in order (with the loss
+// and its gradient after the model's last layer, counted with that
+// layer's forward), its backward through every layer in reverse, then the
+// job's optimizer update of each layer's parameters; each layer timed in
+// place. In place, not alone: a layer run alone, again and again on one
+// input, finds its weights, input and workspace in cache, where a stage
+// runs it between its neighbours; the character LM's layers summed 10-15%
+// below the same layers run as a stage, and plans predicted steps that
+// much short.
+absl::Status TimeChain(const v1::TrainingSpec& spec,
+                       const std::vector<Shape>& shapes, int begin, int end,
+                       int64_t batch, int repetitions, bool reuse_weights,
+                       Backend* backend, std::vector<LayerRuns>* runs) {
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<Model> chain,
+      Model::Build(spec.model(), begin, end, backend, spec.seed()));
+  chain->ReuseWeights(reuse_weights);
+  const int n = end - begin;
+  const bool last = end == spec.model().layers_size();
   Shape in = {batch};
-  in.insert(in.end(), shapes[i].begin(), shapes[i].end());
-  ASSIGN_OR_RETURN(Tensor host_x, ProfileInput(spec.model(), i, in));
+  in.insert(in.end(), shapes[begin].begin(), shapes[begin].end());
+  ASSIGN_OR_RETURN(Tensor host_x, ProfileInput(spec.model(), begin, in));
   ASSIGN_OR_RETURN(Tensor x, ToDevice(backend, host_x));
-  // The job's optimizer over this layer's parameters alone: its update
+  // The job's optimizer over each layer's parameters alone: its update
   // costs the same per parameter wherever the layer's stage ends.
-  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                   Optimizer::Create(spec.optimizer(), backend));
-  const std::vector<Param*> params = layer->params();
-  runs->parameter_bytes =
-      layer->num_parameters() * static_cast<int64_t>(sizeof(float));
+  std::vector<std::unique_ptr<Optimizer>> optimizers(n);
+  for (int j = 0; j < n; ++j) {
+    Layer* layer = chain->layer(j);
+    int64_t params = 0;
+    for (const Param* p : layer->params()) params += p->value.numel();
+    (*runs)[begin + j].parameter_bytes =
+        params * static_cast<int64_t>(sizeof(float));
+    ASSIGN_OR_RETURN(optimizers[j],
+                     Optimizer::Create(spec.optimizer(), backend));
+  }
+  std::vector<double> f(n), b(n), o(n);
   for (int rep = 0; rep <= repetitions; ++rep) {
     ForwardOptions options;
-    std::vector<LayerContext> contexts;
-    auto start = Clock::now();
-    ASSIGN_OR_RETURN(Tensor y, layer->Forward(x, options, &contexts));
-    RETURN_IF_ERROR(backend->Synchronize());
-    double f = std::chrono::duration<double>(Clock::now() - start).count();
-    runs->activation_bytes = y.bytes();
+    std::vector<LayerContext> contexts(n);
+    Tensor h = x;
+    for (int j = 0; j < n; ++j) {
+      const auto start = Clock::now();
+      ASSIGN_OR_RETURN(h, chain->layer(j)->Forward(h, options, &contexts[j]));
+      RETURN_IF_ERROR(backend->Synchronize());
+      f[j] = SecondsSince(start);
+      (*runs)[begin + j].activation_bytes = h.bytes();
+    }
     if (last) {
       // The stage holding the last layer also computes the loss and its
       // gradient for every micro-batch (the schedule simulator folds the
       // loss into that forward): both count with this layer's forward.
       // Labels of class 0 cost what any valid labels do.
-      Shape label_shape = y.shape();
+      Shape label_shape = h.shape();
       label_shape.pop_back();
       ASSIGN_OR_RETURN(Tensor labels, backend->Allocate(label_shape));
       SoftmaxCrossEntropyLoss loss(backend);
       LayerContext loss_context;
-      start = Clock::now();
-      RETURN_IF_ERROR(loss.Forward(y, labels, &loss_context).status());
+      const auto start = Clock::now();
+      RETURN_IF_ERROR(loss.Forward(h, labels, &loss_context).status());
       RETURN_IF_ERROR(loss.Backward(1.0f / static_cast<float>(labels.numel()),
                                     &loss_context)
                           .status());
       RETURN_IF_ERROR(backend->Synchronize());
-      f += std::chrono::duration<double>(Clock::now() - start).count();
+      f[n - 1] += SecondsSince(start);
     }
-    ASSIGN_OR_RETURN(Tensor dy, backend->Allocate(y.shape()));
-    RETURN_IF_ERROR(backend->Fill(dy.f32(), dy.numel(), 1e-3f));
-    ZeroGrads(layer->params());
-    start = Clock::now();
-    RETURN_IF_ERROR(layer->Backward(dy, options, &contexts, i > 0).status());
-    RETURN_IF_ERROR(backend->Synchronize());
-    const double b =
-        std::chrono::duration<double>(Clock::now() - start).count();
-    double o = 0;
-    if (!params.empty()) {
-      start = Clock::now();
+    ASSIGN_OR_RETURN(Tensor g, backend->Allocate(h.shape()));
+    RETURN_IF_ERROR(backend->Fill(g.f32(), g.numel(), 1e-3f));
+    // A step's first micro-batch writes the gradients, every later one
+    // adds to them, reading them back (16 MiB for a 2048 x 2048 weight:
+    // the wide MLP's stage backward measured 30% slower adding than
+    // writing). Time the adding, as M - 1 of a step's M micro-batches do
+    // it: the optimizer marks the gradients fresh after its update, and
+    // they are marked held again below.
+    const bool accumulate = rep > 0 && spec.micro_batches() > 1;
+    if (!accumulate) ZeroGrads(chain->params());
+    for (int j = n; j-- > 0;) {
+      const auto start = Clock::now();
+      ASSIGN_OR_RETURN(g, chain->layer(j)->Backward(g, options, &contexts[j],
+                                                    begin + j > 0));
+      RETURN_IF_ERROR(backend->Synchronize());
+      b[j] = SecondsSince(start);
+    }
+    for (int j = 0; j < n; ++j) {
+      Layer* layer = chain->layer(j);
+      const std::vector<Param*> params = layer->params();
+      o[j] = 0;
+      if (params.empty()) continue;
+      const auto start = Clock::now();
       float scale = 1.0f;
-      if (optimizer->clip_grad_norm() > 0) {
+      if (optimizers[j]->clip_grad_norm() > 0) {
         ASSIGN_OR_RETURN(const double sum, GradSumSquares(backend, params));
-        scale = ClipScale(sum, optimizer->clip_grad_norm());
+        scale = ClipScale(sum, optimizers[j]->clip_grad_norm());
       }
-      RETURN_IF_ERROR(optimizer->Step(params, scale));
+      RETURN_IF_ERROR(optimizers[j]->Step(params, scale));
       // Reused weights are laid out again once a step, after the update.
       if (reuse_weights) RETURN_IF_ERROR(layer->PrepareWeights());
       RETURN_IF_ERROR(backend->Synchronize());
-      o = std::chrono::duration<double>(Clock::now() - start).count();
+      o[j] = SecondsSince(start);
     }
-    if (rep > 0) {  // rep 0 warms caches and allocators (and state) up
-      runs->forward.push_back(f);
-      runs->backward.push_back(b);
-      runs->optimizer.push_back(o);
+    if (spec.micro_batches() > 1) {
+      for (Param* p : chain->params()) p->grad_fresh = false;
+    }
+    if (rep == 0) continue;  // rep 0 warms caches and allocators (and state)
+    for (int j = 0; j < n; ++j) {
+      (*runs)[begin + j].forward.push_back(f[j]);
+      (*runs)[begin + j].backward.push_back(b[j]);
+      (*runs)[begin + j].optimizer.push_back(o[j]);
     }
   }
   return absl::OkStatus();
@@ -156,9 +198,29 @@ absl::Status TimeLayer(const v1::TrainingSpec& spec,
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::pair<int, int>>> ProfileChains(
+    const v1::ModelSpec& model, int64_t max_parameter_bytes) {
+  std::vector<std::pair<int, int>> chains;
+  int begin = 0;
+  int64_t bytes = 0;
+  for (int i = 0; i < model.layers_size(); ++i) {
+    ASSIGN_OR_RETURN(const int64_t params, LayerParameters(model.layers(i)));
+    const int64_t layer_bytes = params * static_cast<int64_t>(sizeof(float));
+    if (i > begin && bytes + layer_bytes > max_parameter_bytes) {
+      chains.emplace_back(begin, i);
+      begin = i;
+      bytes = 0;
+    }
+    bytes += layer_bytes;
+  }
+  if (model.layers_size() > 0) chains.emplace_back(begin, model.layers_size());
+  return chains;
+}
+
 absl::StatusOr<v1::ProfileResponse> ProfileLayers(
     const v1::TrainingSpec& spec, int64_t batch, int repetitions,
-    Backend* backend, bool fastest, bool reuse_weights) {
+    Backend* backend, bool fastest, bool reuse_weights,
+    int64_t max_chain_parameter_bytes) {
   ASSIGN_OR_RETURN(std::vector<Shape> shapes, ValidateModelSpec(spec.model()));
   if (batch <= 0) {
     batch = std::max<int64_t>(
@@ -180,17 +242,19 @@ absl::StatusOr<v1::ProfileResponse> ProfileLayers(
   // and the allocator's thresholds still growing): the character LM's
   // first block measured 20.8 ms against 9.5 in every later profile, and
   // the plan cut the model one block off balance.
-  for (int i = 0; i < layers; ++i) {
-    LayerRuns discarded;
-    RETURN_IF_ERROR(TimeLayer(spec, shapes, i, batch, 1, reuse_weights, backend,
-                              &discarded));
+  ASSIGN_OR_RETURN(const auto chains,
+                   ProfileChains(spec.model(), max_chain_parameter_bytes));
+  for (const auto& [begin, end] : chains) {
+    std::vector<LayerRuns> discarded(layers);
+    RETURN_IF_ERROR(TimeChain(spec, shapes, begin, end, batch, 1, reuse_weights,
+                              backend, &discarded));
   }
   std::vector<LayerRuns> runs(layers);
   for (int round = 0; round < rounds; ++round) {
     const int reps = repetitions / rounds + (round < repetitions % rounds);
-    for (int i = 0; i < layers; ++i) {
-      RETURN_IF_ERROR(TimeLayer(spec, shapes, i, batch, reps, reuse_weights,
-                                backend, &runs[i]));
+    for (const auto& [begin, end] : chains) {
+      RETURN_IF_ERROR(TimeChain(spec, shapes, begin, end, batch, reps,
+                                reuse_weights, backend, &runs));
     }
   }
   v1::ProfileResponse out;
