@@ -111,14 +111,15 @@ absl::Status TimeChain(const v1::TrainingSpec& spec,
   // costs the same per parameter wherever the layer's stage ends.
   std::vector<std::unique_ptr<Optimizer>> optimizers(n);
   for (int j = 0; j < n; ++j) {
-    Layer* layer = chain->layer(j);
-    int64_t params = 0;
-    for (const Param* p : layer->params()) params += p->value.numel();
+    ASSIGN_OR_RETURN(const int64_t params,
+                     LayerParameters(spec.model().layers(begin + j)));
     (*runs)[begin + j].parameter_bytes =
         params * static_cast<int64_t>(sizeof(float));
     ASSIGN_OR_RETURN(optimizers[j],
                      Optimizer::Create(spec.optimizer(), backend));
   }
+  // The timed backward passes add to the gradients (see below).
+  const bool adds = spec.micro_batches() > 1;
   std::vector<double> f(n), b(n), o(n);
   for (int rep = 0; rep <= repetitions; ++rep) {
     ForwardOptions options;
@@ -157,8 +158,7 @@ absl::Status TimeChain(const v1::TrainingSpec& spec,
     // writing). Time the adding, as M - 1 of a step's M micro-batches do
     // it: the optimizer marks the gradients fresh after its update, and
     // they are marked held again below.
-    const bool accumulate = rep > 0 && spec.micro_batches() > 1;
-    if (!accumulate) ZeroGrads(chain->params());
+    if (rep == 0 || !adds) ZeroGrads(chain->params());
     for (int j = n; j-- > 0;) {
       const auto start = Clock::now();
       ASSIGN_OR_RETURN(g, chain->layer(j)->Backward(g, options, &contexts[j],
@@ -183,7 +183,7 @@ absl::Status TimeChain(const v1::TrainingSpec& spec,
       RETURN_IF_ERROR(backend->Synchronize());
       o[j] = SecondsSince(start);
     }
-    if (spec.micro_batches() > 1) {
+    if (adds) {
       for (Param* p : chain->params()) p->grad_fresh = false;
     }
     if (rep == 0) continue;  // rep 0 warms caches and allocators (and state)
