@@ -757,7 +757,9 @@ int Main() {
   std::printf(
       "per stage: ms per step from its counters over whole steady-state "
       "steps (share of its wall time), medians over repetitions: forward, "
-      "backward (B alone for ZB-H1), W (ZB-H1's weight pass), loss, "
+      "backward (B alone for ZB-H1), W (ZB-H1's weight pass, and for every "
+      "synchronous schedule the weight-gradient products held over the "
+      "step's micro-batches), loss, "
       "optimizer, pack (laying the updated weights out for the next step's "
       "products while waiting for a message), send (handing messages to "
       "the transport), blocked in a "

@@ -24,6 +24,17 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 MemoryModel MemoryFor(const v1::JobSpec& spec) {
   if (spec.training().rematerialize()) return MemoryModel::kRematerialized;
+  // A stage holding its weight-gradient products keeps each finished
+  // micro-batch's linear inputs and output gradients until the update
+  // (DefersWeightGrads), up to kMaxHeldWeightGradRows rows: with the
+  // micro-batches still in flight, no more than GPipe's bound.
+  const absl::StatusOr<ScheduleKind> kind =
+      ScheduleKindFromProto(spec.schedule());
+  const int64_t m = std::max<int64_t>(1, spec.training().micro_batches());
+  if (kind.ok() && DefersWeightGrads(*kind, static_cast<int>(m), false) &&
+      spec.training().batch_size() / m < kMaxHeldWeightGradRows) {
+    return MemoryModel::kGPipe;
+  }
   // ZB-H1 holds as many micro-batches as 1F1B (until their B pass).
   return spec.schedule() == v1::SCHEDULE_1F1B_FLUSH ||
                  spec.schedule() == v1::SCHEDULE_ZB_H1 ||

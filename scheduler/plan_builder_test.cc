@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "spec/schedule.h"
 
 namespace pipetrain {
 namespace {
@@ -109,6 +110,28 @@ TEST(BuildPlanTest, AsyncOneFOneBPaysAnUpdatePerMicroBatch) {
   EXPECT_NEAR(
       with->predicted_step_seconds() - without->predicted_step_seconds(),
       4 * 0.001, 1e-6);
+}
+
+// A 1F1B-flush stage holding its weight-gradient products keeps each
+// finished micro-batch's linear inputs and output gradients until the
+// update (DefersWeightGrads): planned with GPipe's memory bound while its
+// micro-batches are small enough to be held, with 1F1B's once a
+// micro-batch has kMaxHeldWeightGradRows samples (never held).
+TEST(BuildPlanTest, HeldWeightGradientsArePlannedWithGPipesMemory) {
+  PlanInputs in = Inputs(6, 2, 2, 0);
+  in.spec.mutable_training()->set_batch_size(64);  // 16 samples each
+  auto gpipe = BuildPlan(in);
+  in.spec.set_schedule(v1::SCHEDULE_1F1B_FLUSH);
+  auto held = BuildPlan(in);
+  in.spec.mutable_training()->set_batch_size(4 * kMaxHeldWeightGradRows);
+  auto large = BuildPlan(in);
+  ASSERT_TRUE(gpipe.ok() && held.ok() && large.ok());
+  ASSERT_EQ(gpipe->stages_size(), 2);
+  ASSERT_EQ(held->stages_size(), 2);
+  ASSERT_EQ(large->stages_size(), 2);
+  EXPECT_EQ(held->stages(0).memory_bytes(), gpipe->stages(0).memory_bytes());
+  // 1F1B: stage 0 holds min(M, K) = 2 micro-batches, GPipe M = 4.
+  EXPECT_LT(large->stages(0).memory_bytes(), gpipe->stages(0).memory_bytes());
 }
 
 TEST(BuildPlanTest, InterleavedWorkersHoldChunksSAndKPlusS) {

@@ -389,6 +389,11 @@ bool ReusesWeights(ScheduleKind kind, int micro_batches) {
   return !IsCrossStep(kind) && micro_batches > 1;
 }
 
+bool DefersWeightGrads(ScheduleKind kind, int micro_batches,
+                       bool rematerialize) {
+  return ReusesWeights(kind, micro_batches) && !rematerialize;
+}
+
 int StepLookback(const ScheduleParams& params, int stage) {
   if (!IsCrossStep(params.kind) || params.micro_batches < 1) return 0;
   const int warmup = CrossStepWarmup(params, stage);

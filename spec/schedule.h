@@ -15,6 +15,7 @@
 #ifndef PIPETRAIN_SPEC_SCHEDULE_H_
 #define PIPETRAIN_SPEC_SCHEDULE_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -76,9 +77,20 @@ std::string ToString(const Instruction& instruction);
 bool IsCrossStep(ScheduleKind kind);
 // True when a stage multiplies every micro-batch of a step by unchanged
 // weights (a synchronous schedule, more than one micro-batch), so it lays
-// them out for the GEMM once a step; the profiler measures layers the same
-// way for such a job.
+// them out for the GEMM once a step and takes the weight gradients of
+// several micro-batches in one product (Model::DeferWeightGrads); the
+// profiler measures layers the same way for such a job.
 bool ReusesWeights(ScheduleKind kind, int micro_batches);
+// The most rows of its input and of its output gradient a linear layer
+// holds back so that a step's weight gradients run as one product
+// (worker/nn/weight_grad_queue.h).
+inline constexpr int64_t kMaxHeldWeightGradRows = 256;
+// True when a stage holds its weight-gradient products back over a step's
+// micro-batches (Model::DeferWeightGrads): it reuses its weights and keeps
+// its activations (rematerialization keeps only a step's stage inputs;
+// holding the products' operands would undo that).
+bool DefersWeightGrads(ScheduleKind kind, int micro_batches,
+                       bool rematerialize);
 
 struct ScheduleParams {
   ScheduleKind kind = ScheduleKind::kGPipe;

@@ -332,9 +332,11 @@ class ShortReceiveTimeoutTest : public SchedulerControlTest {
 // at and reports DONE, none is left waiting for a micro-batch that never
 // comes (which fails the job once the receive timeout passes), and the job
 // resumes to its end. Pausing races with the stages' progress, so the test
-// pauses and resumes three times.
+// pauses and resumes three times; the job is long enough (a few thousand
+// small steps) to be still running at every round's pause.
 TEST_F(ShortReceiveTimeoutTest, APausedJobOutlastsTheReceiveTimeout) {
-  const v1::Job job = Submit(JobOf(MlpSpec(300), 3));
+  constexpr int64_t kSteps = 3000;
+  const v1::Job job = Submit(JobOf(MlpSpec(kSteps), 3));
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE(::testing::Message() << "pause " << round);
     ASSERT_TRUE(WaitForStep(job.id(), GetJob(job.id()).step() + 4))
@@ -356,7 +358,7 @@ TEST_F(ShortReceiveTimeoutTest, APausedJobOutlastsTheReceiveTimeout) {
   }
   const v1::Job done = WaitForState(job.id(), v1::JOB_STATE_COMPLETED);
   ASSERT_EQ(done.state(), v1::JOB_STATE_COMPLETED) << done.error();
-  EXPECT_EQ(done.step(), 300);
+  EXPECT_EQ(done.step(), kSteps);
 }
 
 // Without restarts (maxRestarts -1), a SIGKILLed worker fails its job; the

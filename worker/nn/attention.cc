@@ -196,6 +196,12 @@ void TransformerBlock::ReuseWeights(bool reuse) {
   }
 }
 
+void TransformerBlock::DeferWeightGrads(WeightGradQueue* queue) {
+  for (auto* branch : {&attn_branch_, &mlp_branch_}) {
+    for (auto& layer : *branch) layer->DeferWeightGrads(queue);
+  }
+}
+
 absl::Status TransformerBlock::PrepareWeights() {
   for (auto* branch : {&attn_branch_, &mlp_branch_}) {
     for (auto& layer : *branch) RETURN_IF_ERROR(layer->PrepareWeights());

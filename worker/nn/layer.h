@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "worker/compute/backend.h"
 #include "worker/compute/tensor.h"
+#include "worker/nn/weight_grad_queue.h"
 
 namespace pipetrain {
 
@@ -117,6 +118,13 @@ class Layer {
   // has asked for yet (e.g. W^T of a first layer, whose dx nobody needs)
   // is not made.
   virtual absl::Status PrepareWeights() { return absl::OkStatus(); }
+
+  // With a queue, the layer's weight-gradient products go to `queue`
+  // (borrowed; outlives its use here), which runs several micro-batches'
+  // together (weight_grad_queue.h); the gradients are complete only after
+  // the queue's Flush. Null (the default) runs them in every backward.
+  // Composite layers pass it on.
+  virtual void DeferWeightGrads(WeightGradQueue* queue) { (void)queue; }
 };
 
 // Runs the `mode` part of `layer`'s backward pass; kWeightOnly ignores `dy`

@@ -34,6 +34,7 @@ class Linear final : public Layer {
   // Keeps W (for forward) and W^T (for dx) packed.
   void ReuseWeights(bool reuse) override { reuse_ = reuse; }
   absl::Status PrepareWeights() override;
+  void DeferWeightGrads(WeightGradQueue* queue) override { queue_ = queue; }
 
  private:
   // A packed copy of the weight (or its transpose) and what it was made
@@ -53,6 +54,8 @@ class Linear final : public Layer {
   absl::Status CheckGradient(const Tensor& x, const Tensor& dy) const;
   // dW (+)= x^T dy, db (+)= column sums of dy.
   absl::Status AccumulateWeightGrads(const Tensor& x, const Tensor& dy);
+  // AccumulateWeightGrads now, or through the queue when one is set.
+  absl::Status WeightGrads(const Tensor& x, const Tensor& dy);
   // dx = dy W^T.
   absl::StatusOr<Tensor> InputGrad(const Tensor& x, const Tensor& dy);
   Backend* const backend_;  // borrowed
@@ -61,8 +64,9 @@ class Linear final : public Layer {
   Param weight_;
   std::unique_ptr<Param> bias_;
   bool reuse_ = false;
-  PackedWeight packed_;             // W: [in, out]
-  PackedWeight packed_transposed_;  // W^T: [out, in]
+  WeightGradQueue* queue_ = nullptr;  // borrowed; null: not deferred
+  PackedWeight packed_;               // W: [in, out]
+  PackedWeight packed_transposed_;    // W^T: [out, in]
 };
 
 class Relu final : public Layer {
@@ -218,6 +222,10 @@ class CausalSelfAttention final : public Layer {
     out_->ReuseWeights(reuse);
   }
   absl::Status PrepareWeights() override;
+  void DeferWeightGrads(WeightGradQueue* queue) override {
+    qkv_->DeferWeightGrads(queue);
+    out_->DeferWeightGrads(queue);
+  }
 
  private:
   CausalSelfAttention(Backend* backend, int64_t dim, int64_t heads)
@@ -256,6 +264,7 @@ class TransformerBlock final : public Layer {
   std::vector<Param*> params() override;
   void ReuseWeights(bool reuse) override;
   absl::Status PrepareWeights() override;
+  void DeferWeightGrads(WeightGradQueue* queue) override;
 
  private:
   explicit TransformerBlock(Backend* backend) : backend_(backend) {}

@@ -116,6 +116,14 @@ absl::Status Linear::AccumulateWeightGrads(const Tensor& x, const Tensor& dy) {
   return absl::OkStatus();
 }
 
+absl::Status Linear::WeightGrads(const Tensor& x, const Tensor& dy) {
+  if (queue_ == nullptr) return AccumulateWeightGrads(x, dy);
+  return queue_->Add(this, in_, out_, x, dy,
+                     [this](const Tensor& xs, const Tensor& dys) {
+                       return AccumulateWeightGrads(xs, dys);
+                     });
+}
+
 absl::StatusOr<Tensor> Linear::InputGrad(const Tensor& x, const Tensor& dy) {
   const int64_t rows = x.numel() / in_;
   ASSIGN_OR_RETURN(Tensor dx, backend_->AllocateUninitialized(x.shape()));
@@ -135,7 +143,7 @@ absl::StatusOr<Tensor> Linear::Backward(const Tensor& dy, const ForwardOptions&,
                                         LayerContext* ctx, bool need_dx) {
   const Tensor& x = ctx->saved.at(0);
   RETURN_IF_ERROR(CheckGradient(x, dy));
-  RETURN_IF_ERROR(AccumulateWeightGrads(x, dy));
+  RETURN_IF_ERROR(WeightGrads(x, dy));
   if (!need_dx) return Tensor();
   return InputGrad(x, dy);
 }
@@ -160,7 +168,7 @@ absl::Status Linear::BackwardWeight(const ForwardOptions&, LayerContext* ctx) {
     return absl::FailedPreconditionError(
         "linear: BackwardWeight needs a BackwardInput on the same context");
   }
-  RETURN_IF_ERROR(AccumulateWeightGrads(ctx->saved[0], ctx->saved[1]));
+  RETURN_IF_ERROR(WeightGrads(ctx->saved[0], ctx->saved[1]));
   ctx->saved.clear();
   return absl::OkStatus();
 }

@@ -139,6 +139,25 @@ absl::Status Model::PrepareWeights() {
   return absl::OkStatus();
 }
 
+void Model::DeferWeightGrads(bool defer) {
+  if (defer && weight_grads_ == nullptr) {
+    weight_grads_ = std::make_unique<WeightGradQueue>(backend_);
+  }
+  for (auto& layer : layers_) {
+    layer->DeferWeightGrads(defer ? weight_grads_.get() : nullptr);
+  }
+  if (!defer) weight_grads_.reset();
+}
+
+absl::Status Model::FlushWeightGrads() {
+  if (weight_grads_ == nullptr) return absl::OkStatus();
+  return weight_grads_->Flush();
+}
+
+void Model::DiscardWeightGrads() {
+  if (weight_grads_ != nullptr) weight_grads_->Discard();
+}
+
 absl::StatusOr<std::vector<Tensor>> Model::ParamsToHost() const {
   std::vector<Tensor> out;
   for (const Param* p : params_) {

@@ -73,6 +73,22 @@ class Model {
   // Layer::PrepareWeights on every layer.
   absl::Status PrepareWeights();
 
+  // With `defer`, the weight-gradient products of every layer go through a
+  // queue the model owns, which runs several micro-batches' together
+  // (weight_grad_queue.h): the gradients are complete only after
+  // FlushWeightGrads, which whoever reads them (an optimizer step, a
+  // gradient norm) calls first. Worth it when micro-batches are small and
+  // several accumulate into one update (synchronous schedules, M > 1).
+  void DeferWeightGrads(bool defer);
+  // Runs the held products; a no-op when nothing is held or not deferring.
+  absl::Status FlushWeightGrads();
+  // Drops the held products (an abandoned step's).
+  void DiscardWeightGrads();
+  // Bytes of activations and gradients the held products keep alive.
+  int64_t deferred_weight_grad_bytes() const {
+    return weight_grads_ != nullptr ? weight_grads_->held_bytes() : 0;
+  }
+
   // Copies of every parameter on the host, in params() order.
   absl::StatusOr<std::vector<Tensor>> ParamsToHost() const;
   // Overwrites the parameters from host tensors of the same shapes.
@@ -92,6 +108,8 @@ class Model {
   Shape input_shape_;
   Shape output_shape_;
   std::vector<std::unique_ptr<Layer>> layers_;
+  // Set while deferring weight-gradient products (DeferWeightGrads).
+  std::unique_ptr<WeightGradQueue> weight_grads_;
   std::vector<Param*> params_;
 };
 

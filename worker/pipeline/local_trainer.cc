@@ -44,7 +44,12 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
                                 backend, spec.seed()));
   // Micro-batches reuse the weights unchanged within a step (as a
   // synchronous stage does, StageCompute::Build).
-  if (spec.micro_batches() > 1) t->model_->ReuseWeights(true);
+  if (spec.micro_batches() > 1) {
+    t->model_->ReuseWeights(true);
+    // As a synchronous stage does (DefersWeightGrads), so that the two sum
+    // the weight gradients in the same order.
+    t->model_->DeferWeightGrads(!spec.rematerialize());
+  }
   ASSIGN_OR_RETURN(t->optimizer_, Optimizer::Create(spec.optimizer(), backend));
   t->total_steps_ = spec.steps() > 0
                         ? spec.steps()
@@ -63,6 +68,7 @@ absl::StatusOr<StepReport> LocalTrainer::Step() {
   // The loss is the mean over every label of the mini-batch.
   const float scale = 1.0f / static_cast<float>(batch.labels.numel());
 
+  model_->DiscardWeightGrads();  // an earlier step that failed midway
   ZeroGrads(model_->params());
   LossStats stats;
   std::vector<LayerContext> contexts;
@@ -85,6 +91,7 @@ absl::StatusOr<StepReport> LocalTrainer::Step() {
     RETURN_IF_ERROR(
         model_->Backward(dlogits, options, &contexts, false).status());
   }
+  RETURN_IF_ERROR(model_->FlushWeightGrads());
   ASSIGN_OR_RETURN(double sum_squares,
                    GradSumSquares(backend_, model_->params()));
   RETURN_IF_ERROR(optimizer_->Step(

@@ -14,6 +14,7 @@
 #include "worker/nn/loss.h"
 #include "worker/nn/model.h"
 #include "worker/nn/optimizer.h"
+#include "worker/nn/weight_grad_queue.h"
 
 namespace pipetrain {
 namespace {
@@ -92,7 +93,10 @@ double SecondsSince(Clock::time_point start) {
 // input, finds its weights, input and workspace in cache, where a stage
 // runs it between its neighbours; the character LM's layers summed 10-15%
 // below the same layers run as a stage, and plans predicted steps that
-// much short.
+// much short. With `reuse_weights` the weight-gradient products are held
+// and run as a step runs them (weight_grad_queue.h): the micro-batch held
+// once per micro-batch of a step, one product, each micro-batch's share
+// counted with its layer's backward.
 absl::Status TimeChain(const v1::TrainingSpec& spec,
                        const std::vector<Shape>& shapes, int begin, int end,
                        int64_t batch, int repetitions, bool reuse_weights,
@@ -120,6 +124,18 @@ absl::Status TimeChain(const v1::TrainingSpec& spec,
   }
   // The timed backward passes add to the gradients (see below).
   const bool adds = spec.micro_batches() > 1;
+  // A stage that reuses its weights also takes the weight gradients of a
+  // step's micro-batches in one product unless it rematerializes
+  // (DefersWeightGrads): each layer's products go to a queue of its own,
+  // timed below.
+  const bool defers = reuse_weights && !spec.rematerialize();
+  std::vector<std::unique_ptr<WeightGradQueue>> queues(n);
+  if (defers) {
+    for (int j = 0; j < n; ++j) {
+      queues[j] = std::make_unique<WeightGradQueue>(backend);
+      chain->layer(j)->DeferWeightGrads(queues[j].get());
+    }
+  }
   std::vector<double> f(n), b(n), o(n);
   for (int rep = 0; rep <= repetitions; ++rep) {
     ForwardOptions options;
@@ -165,6 +181,17 @@ absl::Status TimeChain(const v1::TrainingSpec& spec,
                                                     begin + j > 0));
       RETURN_IF_ERROR(backend->Synchronize());
       b[j] = SecondsSince(start);
+    }
+    // The held weight-gradient products: the micro-batch held as many
+    // times as a step brings micro-batches (up to the queue's row limit),
+    // run as the step runs them, each micro-batch's share counted with the
+    // layer's backward.
+    for (int j = 0; j < n && defers; ++j) {
+      const int64_t times = queues[j]->Repeat(spec.micro_batches());
+      const auto start = Clock::now();
+      RETURN_IF_ERROR(queues[j]->Flush());
+      RETURN_IF_ERROR(backend->Synchronize());
+      b[j] += SecondsSince(start) / static_cast<double>(times);
     }
     for (int j = 0; j < n; ++j) {
       Layer* layer = chain->layer(j);

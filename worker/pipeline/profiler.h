@@ -23,8 +23,10 @@ namespace pipetrain {
 // and one timed run each. With `reuse_weights` each layer runs as a
 // synchronous stage with M > 1 runs it (ProfileRequest.reuse_weights): its
 // products against weights laid out once, the layout remade after each
-// update and counted in the optimizer's time. The last layer's forward
-// time includes the loss and its gradient, which the stage holding it
+// update and counted in the optimizer's time, and its weight gradients
+// taken over a step's micro-batches in one product, each micro-batch's
+// share counted in its backward (Model::DeferWeightGrads). The last layer's
+// forward time includes the loss and its gradient, which the stage holding it
 // computes for every micro-batch.
 //
 // The layers are timed in place, not alone: a micro-batch runs forward

@@ -30,7 +30,7 @@ v1::TrainingSpec Spec(int micro_batches) {
 // Records, for the products of the last Linear (16 -> 4), the smallest
 // input value of its forward, and counts the weight-gradient products
 // (x^T dy) that add to the gradient held (beta 1) and that write it
-// (beta 0).
+// (beta 0), and their depths.
 class RecordingBackend : public ForwardingBackend {
  public:
   RecordingBackend() : ForwardingBackend(CreateCpuBackend(1)) {}
@@ -43,7 +43,10 @@ class RecordingBackend : public ForwardingBackend {
         smallest_last_input = std::min(smallest_last_input, a[i]);
       }
     }
-    if (trans_a && !trans_b) ++(beta == 0.0f ? gradient_writes : gradient_adds);
+    if (trans_a && !trans_b) {
+      ++(beta == 0.0f ? gradient_writes : gradient_adds);
+      gradient_depths.push_back(k);
+    }
     return ForwardingBackend::Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b,
                                    ldb, beta, c, ldc);
   }
@@ -51,6 +54,8 @@ class RecordingBackend : public ForwardingBackend {
   float smallest_last_input = std::numeric_limits<float>::infinity();
   int gradient_writes = 0;
   int gradient_adds = 0;
+  // The depth (rows) of every weight-gradient product.
+  std::vector<int64_t> gradient_depths;
 };
 
 // In place, not alone: the layer after the ReLU is timed on what the ReLU
@@ -79,6 +84,24 @@ TEST(ProfilerTest, TimesTheGradientAddingOfAStepsLaterMicroBatches) {
   ASSERT_TRUE(ProfileLayers(Spec(1), 0, 3, &one).ok());
   EXPECT_EQ(one.gradient_adds, 0);
   EXPECT_GE(one.gradient_writes, 3 * 3);
+}
+
+// A synchronous stage reusing its weights takes a step's weight gradients
+// in one product over all of its micro-batches' rows (DefersWeightGrads):
+// so does its profile, with the micro-batch held once per micro-batch of a
+// step (4 x 8 rows). Rematerializing, a stage runs one product per
+// micro-batch, and so does the profile.
+TEST(ProfilerTest, TimesTheWeightGradientsAsAStepTakesThem) {
+  RecordingBackend held;
+  ASSERT_TRUE(ProfileLayers(Spec(4), 0, 3, &held, false, true).ok());
+  ASSERT_FALSE(held.gradient_depths.empty());
+  for (int64_t k : held.gradient_depths) EXPECT_EQ(k, 4 * 8);
+  RecordingBackend remat;
+  v1::TrainingSpec spec = Spec(4);
+  spec.set_rematerialize(true);
+  ASSERT_TRUE(ProfileLayers(spec, 0, 3, &remat, false, true).ok());
+  ASSERT_FALSE(remat.gradient_depths.empty());
+  for (int64_t k : remat.gradient_depths) EXPECT_EQ(k, 8);
 }
 
 TEST(ProfilerTest, ChainsHoldConsecutiveLayersUpToTheParameterBytes) {

@@ -59,6 +59,12 @@ absl::Status StageCompute::Build() {
     // in every product.
     for (auto& model : models_) model->ReuseWeights(true);
     reuses_weights_ = true;
+    // The weight gradients of several micro-batches are taken in one
+    // product (Model::DeferWeightGrads), flushed before the update.
+    if (DefersWeightGrads(setup_.params.kind, setup_.params.micro_batches,
+                          spec.rematerialize())) {
+      for (auto& model : models_) model->DeferWeightGrads(true);
+    }
   }
   if (is_last()) loss_ = std::make_unique<SoftmaxCrossEntropyLoss>(backend_);
   const DataParts parts = StageDataParts(config_);
@@ -90,7 +96,18 @@ absl::Status StageCompute::LoadInitialWeights() {
   return absl::OkStatus();
 }
 
+int64_t StageCompute::DeferredBytes() const {
+  int64_t bytes = 0;
+  for (const auto& model : models_) {
+    bytes += model->deferred_weight_grad_bytes();
+  }
+  return bytes;
+}
+
 void StageCompute::StartStep() {
+  // Products still held come from a step that did not reach its update.
+  counters_.held_bytes -= DeferredBytes();
+  for (auto& model : models_) model->DiscardWeightGrads();
   counters_ = StepCounters{
       0.0, 0.0, 0.0, 0.0, counters_.held_bytes, counters_.held_bytes};
   if (stash_ != nullptr) stash_->ResetPeak();
@@ -339,11 +356,13 @@ absl::Status StageCompute::Backward(int mb, int chunk, StepState* state,
   RETURN_IF_ERROR(RecordUse(chunk, micro.version, use));
   RETURN_IF_ERROR(Recompute(mb, chunk, options, state));
   const auto start = Clock::now();
+  const int64_t deferred = DeferredBytes();
   ASSIGN_OR_RETURN(
       micro.grad_input,
       models_[chunk]->Backward(micro.grad_output, options, &micro.contexts,
                                !IsFirstVirtual(chunk)));
   counters_.held_bytes -= ContextBytes(micro.contexts) + micro.input.bytes();
+  counters_.Hold(DeferredBytes() - deferred);
   micro.contexts.clear();
   micro.input = Tensor();
   micro.grad_output = Tensor();
@@ -387,9 +406,11 @@ absl::Status StageCompute::BackwardWeight(int mb, int chunk, StepState* state) {
   MicroBatch& micro = Micro(state, mb, chunk);
   const auto start = Clock::now();
   const int64_t held = ContextBytes(micro.contexts);
+  const int64_t deferred = DeferredBytes();
   RETURN_IF_ERROR(models_[chunk]->BackwardWeight(
       MicroBatchOptions(state->step, mb), &micro.contexts));
   counters_.held_bytes -= held;
+  counters_.Hold(DeferredBytes() - deferred);
   micro.contexts.clear();
   const double seconds = SecondsSince(start);
   counters_.backward_seconds += seconds;
@@ -413,7 +434,20 @@ absl::Status StageCompute::SendGradient(int mb, int chunk, StepState* state) {
   return port_->SendUpstream(std::move(msg));
 }
 
+absl::Status StageCompute::FlushWeightGrads() {
+  const int64_t deferred = DeferredBytes();
+  if (deferred == 0) return absl::OkStatus();
+  const auto start = Clock::now();
+  for (auto& model : models_) RETURN_IF_ERROR(model->FlushWeightGrads());
+  counters_.held_bytes -= deferred;
+  const double seconds = SecondsSince(start);
+  counters_.backward_seconds += seconds;
+  CountCompute(StageMetrics::kWeight, seconds);
+  return absl::OkStatus();
+}
+
 absl::Status StageCompute::OptimizerStep(StepState* state) {
+  RETURN_IF_ERROR(FlushWeightGrads());
   const auto start = Clock::now();
   float scale = 1.0f;
   const float clip = optimizer_->clip_grad_norm();

@@ -151,6 +151,11 @@ class StageCompute {
                          StepState* state);
   absl::Status SendGradient(int mb, int chunk, StepState* state);
   absl::Status OptimizerStep(StepState* state);
+  // Runs the weight-gradient products the models hold back (counted as the
+  // weight pass, W).
+  absl::Status FlushWeightGrads();
+  // Bytes the models' held weight-gradient products keep alive.
+  int64_t DeferredBytes() const;
 
   // Constant after construction.
   const v1::StageConfig config_;

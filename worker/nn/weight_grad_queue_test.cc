@@ -1,0 +1,215 @@
+// Weight-gradient products held back and run together: a linear layer's
+// gradients after the flush must be the sums over every micro-batch, as a
+// plain double-precision loop computes them; nothing may reach the
+// gradients before the flush (or the row target), and discarded products
+// never reach them.
+#include "worker/nn/weight_grad_queue.h"
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/compute/cpu/cpu_backend.h"
+#include "worker/compute/elementwise_math.h"
+#include "worker/nn/layers.h"
+#include "worker/nn/model.h"
+
+namespace pipetrain {
+namespace {
+
+constexpr int64_t kIn = 5;
+constexpr int64_t kOut = 3;
+
+Tensor RandomHost(const Shape& shape, uint64_t seed) {
+  Tensor t = Tensor::Host(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    t.f32()[i] = -1.0f + 2.0f * math::UniformAt(seed, i);
+  }
+  return t;
+}
+
+class WeightGradQueueTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto layer = Linear::Create(backend_.get(), kIn, kOut, true, 7);
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    linear_ = std::move(*layer);
+    linear_->DeferWeightGrads(&queue_);
+    ZeroGrads(linear_->params());
+  }
+
+  // Forward and backward of one micro-batch of `rows` rows; remembers its
+  // x and dy for the reference.
+  void RunMicroBatch(int64_t rows, uint64_t seed) {
+    const Tensor x = RandomHost({rows, kIn}, seed);
+    const Tensor dy = RandomHost({rows, kOut}, seed + 100);
+    LayerContext ctx;
+    ASSERT_TRUE(linear_->Forward(x, ForwardOptions(), &ctx).ok());
+    auto dx = linear_->Backward(dy, ForwardOptions(), &ctx, true);
+    ASSERT_TRUE(dx.ok()) << dx.status();
+    xs_.push_back(x);
+    dys_.push_back(dy);
+  }
+
+  // dW[i][j] = sum over rows of x[r][i] dy[r][j] (W is stored [in, out]);
+  // db[j] = sum over rows of dy[r][j].
+  void ExpectGradientsAreTheSums() {
+    std::vector<double> dw(kIn * kOut, 0.0), db(kOut, 0.0);
+    for (size_t m = 0; m < xs_.size(); ++m) {
+      const int64_t rows = xs_[m].numel() / kIn;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < kOut; ++j) {
+          const double g = dys_[m].f32()[r * kOut + j];
+          db[j] += g;
+          for (int64_t i = 0; i < kIn; ++i) {
+            dw[i * kOut + j] += xs_[m].f32()[r * kIn + i] * g;
+          }
+        }
+      }
+    }
+    const std::vector<Param*> params = linear_->params();
+    ASSERT_EQ(params.size(), 2u);
+    ASSERT_FALSE(params[0]->grad_fresh);
+    ASSERT_FALSE(params[1]->grad_fresh);
+    const std::vector<float> got_w = params[0]->grad.ToVector();
+    const std::vector<float> got_b = params[1]->grad.ToVector();
+    for (size_t i = 0; i < dw.size(); ++i) {
+      EXPECT_NEAR(got_w[i], dw[i], 1e-5 * (1.0 + std::fabs(dw[i]))) << i;
+    }
+    for (size_t j = 0; j < db.size(); ++j) {
+      EXPECT_NEAR(got_b[j], db[j], 1e-5 * (1.0 + std::fabs(db[j]))) << j;
+    }
+  }
+
+  std::unique_ptr<Backend> backend_ = CreateCpuBackend(1);
+  WeightGradQueue queue_{backend_.get()};
+  std::unique_ptr<Linear> linear_;
+  std::vector<Tensor> xs_;
+  std::vector<Tensor> dys_;
+};
+
+TEST_F(WeightGradQueueTest, GradientsArriveAtTheFlushAsTheSumOverMicroBatches) {
+  RunMicroBatch(4, 1);
+  RunMicroBatch(7, 2);
+  RunMicroBatch(1, 3);
+  // Held: nothing has reached the gradients yet.
+  for (Param* p : linear_->params()) EXPECT_TRUE(p->grad_fresh);
+  EXPECT_EQ(queue_.held_bytes(), (12 * kIn + 12 * kOut) * 4);
+  ASSERT_TRUE(queue_.Flush().ok());
+  EXPECT_EQ(queue_.held_bytes(), 0);
+  ExpectGradientsAreTheSums();
+  // A second flush adds nothing.
+  const std::vector<float> before = linear_->params()[0]->grad.ToVector();
+  ASSERT_TRUE(queue_.Flush().ok());
+  EXPECT_EQ(linear_->params()[0]->grad.ToVector(), before);
+}
+
+TEST_F(WeightGradQueueTest, RowsPastTheLimitRunWhatIsHeldFirst) {
+  constexpr int64_t kHalf = WeightGradQueue::kMaxRows / 2;
+  RunMicroBatch(kHalf, 1);
+  RunMicroBatch(kHalf, 2);
+  // At the limit: still held.
+  for (Param* p : linear_->params()) EXPECT_TRUE(p->grad_fresh);
+  EXPECT_EQ(queue_.held_bytes(), 2 * kHalf * (kIn + kOut) * 4);
+  // Three more rows would pass it: the held rows run, the new ones wait.
+  RunMicroBatch(3, 3);
+  EXPECT_EQ(queue_.held_bytes(), 3 * (kIn + kOut) * 4);
+  for (Param* p : linear_->params()) EXPECT_FALSE(p->grad_fresh);
+  ASSERT_TRUE(queue_.Flush().ok());
+  ExpectGradientsAreTheSums();
+}
+
+TEST_F(WeightGradQueueTest, AMicroBatchOfTheLimitOrMoreIsNotHeld) {
+  RunMicroBatch(2, 1);
+  RunMicroBatch(WeightGradQueue::kMaxRows, 2);
+  EXPECT_EQ(queue_.held_bytes(), 0);
+  ExpectGradientsAreTheSums();
+}
+
+TEST_F(WeightGradQueueTest, DiscardedProductsNeverReachTheGradients) {
+  RunMicroBatch(4, 1);
+  queue_.Discard();
+  EXPECT_EQ(queue_.held_bytes(), 0);
+  ASSERT_TRUE(queue_.Flush().ok());
+  for (Param* p : linear_->params()) EXPECT_TRUE(p->grad_fresh);
+  xs_.clear();
+  dys_.clear();
+  RunMicroBatch(2, 5);
+  ASSERT_TRUE(queue_.Flush().ok());
+  ExpectGradientsAreTheSums();
+}
+
+TEST_F(WeightGradQueueTest, RowsOfTheWrongWidthAreRefused) {
+  auto accumulate = [](const Tensor&, const Tensor&) {
+    return absl::OkStatus();
+  };
+  const Tensor x = RandomHost({2, kIn}, 1);
+  EXPECT_EQ(
+      queue_.Add(this, kIn, kOut, x, RandomHost({2, kOut + 1}, 2), accumulate)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(
+      queue_.Add(this, kIn, kOut, x, RandomHost({2, kOut}, 2), accumulate)
+          .ok());
+  // The same owner with another shape.
+  EXPECT_EQ(queue_
+                .Add(this, kOut, kIn, RandomHost({2, kOut}, 3),
+                     RandomHost({2, kIn}, 4), accumulate)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A model deferring its products ends a step of four micro-batches with
+// the gradients of the same model run without deferring (same sums,
+// rounded in another order).
+TEST(WeightGradQueueModelTest, ADeferringModelEndsTheStepWithTheSameGradients) {
+  v1::ModelSpec spec;
+  spec.add_input_shape(6);
+  spec.set_input_kind(v1::INPUT_KIND_FLOAT);
+  spec.set_loss(v1::LOSS_KIND_SOFTMAX_CROSS_ENTROPY);
+  const int widths[] = {6, 8, 4};
+  for (int i = 0; i < 2; ++i) {
+    auto* linear = spec.add_layers()->mutable_linear();
+    linear->set_in_features(widths[i]);
+    linear->set_out_features(widths[i + 1]);
+    if (i == 0) spec.add_layers()->mutable_relu();
+  }
+  std::unique_ptr<Backend> backend = CreateCpuBackend(1);
+  std::vector<std::unique_ptr<Model>> models;
+  for (int i = 0; i < 2; ++i) {
+    auto model = Model::Build(spec, 0, 3, backend.get(), 11);
+    ASSERT_TRUE(model.ok()) << model.status();
+    models.push_back(std::move(*model));
+    ZeroGrads(models.back()->params());
+  }
+  models[1]->DeferWeightGrads(true);
+  for (int mb = 0; mb < 4; ++mb) {
+    const Tensor x = RandomHost({3, 6}, 20 + mb);
+    const Tensor dy = RandomHost({3, 4}, 40 + mb);
+    for (auto& model : models) {
+      std::vector<LayerContext> contexts;
+      ASSERT_TRUE(model->Forward(x, ForwardOptions(), &contexts).ok());
+      ASSERT_TRUE(model->Backward(dy, ForwardOptions(), &contexts, false).ok());
+    }
+  }
+  EXPECT_GT(models[1]->deferred_weight_grad_bytes(), 0);
+  for (Param* p : models[1]->params()) EXPECT_TRUE(p->grad_fresh);
+  ASSERT_TRUE(models[1]->FlushWeightGrads().ok());
+  EXPECT_EQ(models[1]->deferred_weight_grad_bytes(), 0);
+  const std::vector<Param*> want = models[0]->params();
+  const std::vector<Param*> got = models[1]->params();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t p = 0; p < want.size(); ++p) {
+    const std::vector<float> a = want[p]->grad.ToVector();
+    const std::vector<float> b = got[p]->grad.ToVector();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(b[i], a[i], 1e-5f * (1.0f + std::fabs(a[i])))
+          << want[p]->name << "[" << i << "]";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipetrain
