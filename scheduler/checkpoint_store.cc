@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/elapsed.h"
 #include "common/logging.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
@@ -37,11 +38,6 @@ absl::Status ValidateJobId(const std::string& job_id) {
   return absl::InvalidArgumentError(
       absl::StrCat("checkpoint store: job id \"", job_id,
                    "\" must be 1 to 128 letters, digits, '-' or '_'"));
-}
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-      .count();
 }
 
 std::string Describe(const std::string& job_id, int64_t version) {

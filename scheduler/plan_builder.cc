@@ -22,6 +22,10 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
+int64_t MicroBatches(const v1::JobSpec& spec) {
+  return std::max<int64_t>(1, spec.training().micro_batches());
+}
+
 MemoryModel MemoryFor(const v1::JobSpec& spec) {
   if (spec.training().rematerialize()) return MemoryModel::kRematerialized;
   // A stage holding its weight-gradient products keeps each finished
@@ -30,8 +34,10 @@ MemoryModel MemoryFor(const v1::JobSpec& spec) {
   // micro-batches still in flight, no more than GPipe's bound.
   const absl::StatusOr<ScheduleKind> kind =
       ScheduleKindFromProto(spec.schedule());
-  const int64_t m = std::max<int64_t>(1, spec.training().micro_batches());
-  if (kind.ok() && DefersWeightGrads(*kind, static_cast<int>(m), false) &&
+  const int64_t m = MicroBatches(spec);
+  if (kind.ok() &&
+      DefersWeightGrads(*kind, static_cast<int>(m),
+                        spec.training().rematerialize()) &&
       spec.training().batch_size() / m < kMaxHeldWeightGradRows) {
     return MemoryModel::kGPipe;
   }
@@ -47,10 +53,6 @@ MemoryModel MemoryFor(const v1::JobSpec& spec) {
 double OptimizerStateFactor(const v1::OptimizerSpec& o) {
   if (o.has_adamw()) return 2.0;
   return o.has_sgd() && o.sgd().momentum() != 0 ? 1.0 : 0.0;
-}
-
-int64_t MicroBatches(const v1::JobSpec& spec) {
-  return std::max<int64_t>(1, spec.training().micro_batches());
 }
 
 // Interleaving: the worker count K for `workers` idle workers (the largest

@@ -23,6 +23,7 @@
 #include <random>
 #include <thread>
 
+#include "common/elapsed.h"
 #include "gtest/gtest.h"
 #include "services/rpc/grpc_util.h"
 #include "tests/scheduler_cluster.h"
@@ -40,10 +41,6 @@ constexpr int64_t kSteps = 2000;
 constexpr int64_t kCheckpointEvery = 200;
 constexpr double kWeightAbs = 1e-5;
 constexpr double kWaitS = 180;
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 class ChaosE2eTest : public SchedulerTest {
  protected:

@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "common/elapsed.h"
 #include "common/proto_json.h"
 #include "services/ctl/progress_bar.h"
 #include "services/ctl/views.h"
@@ -64,10 +65,6 @@ int TerminalWidth() {
     return columns;
   }
   return 80;
-}
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 bool IsTransportFailure(const absl::Status& status) {

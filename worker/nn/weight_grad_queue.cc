@@ -23,14 +23,13 @@ absl::Status WeightGradQueue::Add(const void* owner, int64_t in, int64_t out,
     if (g.owner == owner) group = &g;
   }
   if (group == nullptr) {
-    groups_.push_back(Group{owner, in, out, 0, {}, {}, nullptr});
+    groups_.push_back(Group{owner, in, out, 0, {}, {}, std::move(accumulate)});
     group = &groups_.back();
   } else if (group->in != in || group->out != out) {
     return absl::InvalidArgumentError(
         absl::StrCat("weight-gradient queue: a layer of ", group->in, " -> ",
                      group->out, " was given rows of ", in, " -> ", out));
   }
-  group->accumulate = std::move(accumulate);
   // Room for these rows: run what is held first (in the order it came).
   if (group->rows > 0 && group->rows + rows > kMaxRows) {
     RETURN_IF_ERROR(Run(group));

@@ -53,8 +53,9 @@ class WeightGradQueue {
   // Holds x [rows, in] and dy [rows, out] of the layer `owner` (any stable
   // pointer naming it), first running the layer's held rows through
   // `accumulate` if these would take it past kMaxRows; runs x and dy at
-  // once when they have kMaxRows rows or more. `in` and `out` must not
-  // change for an owner.
+  // once when they have kMaxRows rows or more. `in`, `out` and
+  // `accumulate` are the owner's first Add's: `in` and `out` must not
+  // change, and later `accumulate`s are not kept.
   absl::Status Add(const void* owner, int64_t in, int64_t out, const Tensor& x,
                    const Tensor& dy, Accumulate accumulate);
   // Runs every layer's held rows, layers in the order they first came.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "spec/schedule.h"
 #include "spec/training_spec.h"
 #include "worker/pipeline/micro_batch.h"
 
@@ -42,14 +43,14 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
   ASSIGN_OR_RETURN(t->model_,
                    Model::Build(spec.model(), 0, spec.model().layers_size(),
                                 backend, spec.seed()));
-  // Micro-batches reuse the weights unchanged within a step (as a
-  // synchronous stage does, StageCompute::Build).
-  if (spec.micro_batches() > 1) {
-    t->model_->ReuseWeights(true);
-    // As a synchronous stage does (DefersWeightGrads), so that the two sum
-    // the weight gradients in the same order.
-    t->model_->DeferWeightGrads(!spec.rematerialize());
-  }
+  // Micro-batches reuse the weights unchanged within a step and hold their
+  // weight-gradient products, as a synchronous stage does
+  // (StageCompute::Build), so that the two sum the gradients in the same
+  // order.
+  const int m = static_cast<int>(spec.micro_batches());
+  t->model_->ReuseWeights(ReusesWeights(ScheduleKind::kGPipe, m));
+  t->model_->DeferWeightGrads(
+      DefersWeightGrads(ScheduleKind::kGPipe, m, spec.rematerialize()));
   ASSIGN_OR_RETURN(t->optimizer_, Optimizer::Create(spec.optimizer(), backend));
   t->total_steps_ = spec.steps() > 0
                         ? spec.steps()

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/elapsed.h"
 #include "common/status_macros.h"
 #include "spec/model_spec.h"
 #include "spec/size_limits.h"
@@ -78,10 +79,6 @@ struct LayerRuns {
   int64_t activation_bytes = 0;
   int64_t parameter_bytes = 0;
 };
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Builds layers [begin, end) as one chain and times `repetitions` runs of a
 // micro-batch through it after one warm-up, appending to runs[begin..end):

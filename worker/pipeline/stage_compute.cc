@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/elapsed.h"
 #include "common/status_macros.h"
 #include "spec/schedule.h"
 #include "worker/pipeline/gradient_norm.h"
@@ -13,10 +14,6 @@ namespace pipetrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/elapsed.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/pipeline/stage_config.h"
@@ -15,10 +16,6 @@ namespace {
 
 constexpr size_t kMaxResults = 10000;
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 }  // namespace
 
