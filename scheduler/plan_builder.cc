@@ -127,12 +127,16 @@ PlanRequest BuildRequest(const PlanInputs& in, const WorkerSpeeds& speeds) {
   }
   request.message_overhead_seconds =
       MessageOverhead(in.message_overhead_seconds, in.workers);
+  request.message_cpu_seconds =
+      MessageCpu(request.message_overhead_seconds, in.workers);
   for (size_t i = 0; i < in.workers.size(); ++i) {
     const v1::WorkerInfo& w = in.workers[i];
     PlannerWorker p;
     p.id = w.id();
     p.speed = speeds.speed[i];
     p.memory_bytes = w.memory_bytes();
+    p.host_id = w.host_id();
+    p.host_cpus = w.host_cpus();
     auto zone = w.labels().find("zone");
     p.zone = zone == w.labels().end() ? "" : zone->second;
     request.workers.push_back(p);
@@ -401,6 +405,16 @@ OverheadFigure DecideMessageOverhead(
 
 }  // namespace
 
+double MessageCpu(double overhead_seconds,
+                  const std::vector<v1::WorkerInfo>& workers) {
+  std::vector<double> cpu;
+  for (const v1::WorkerInfo& w : workers) {
+    if (w.message_cpu_seconds() > 0) cpu.push_back(w.message_cpu_seconds());
+  }
+  // Unmeasured: at least the stage's own wait.
+  return cpu.empty() ? overhead_seconds : Median(cpu);
+}
+
 std::string MessageOverheadSource(double configured,
                                   const std::vector<v1::WorkerInfo>& workers) {
   return DecideMessageOverhead(configured, workers).source;
@@ -555,6 +569,11 @@ absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
         out.predicted_step_seconds() +
         OptimizerSecondsPerStep(in.spec, request, planned.stages, v));
   }
+  const SharedCpuBound shared =
+      SharedCpuStep(in.spec, request, planned.stages, v);
+  if (shared.seconds > out.predicted_step_seconds()) {
+    out.set_predicted_step_seconds(shared.seconds);
+  }
   std::string links;
   for (const v1::PlannedStage& p : out.stages()) {
     if (p.link_bandwidth_bytes_per_s() <= 0) continue;
@@ -573,10 +592,10 @@ absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
         request.message_overhead_seconds * 1e3,
         MessageOverheadSource(in.message_overhead_seconds, in.workers));
   }
-  out.set_explanation(
-      absl::StrCat(out.explanation(), "\n", links, warmup_note,
-                   absl::StrFormat("predicted step %.3f ms",
-                                   out.predicted_step_seconds() * 1e3)));
+  out.set_explanation(absl::StrCat(
+      out.explanation(), "\n", links, shared.explanation, warmup_note,
+      absl::StrFormat("predicted step %.3f ms",
+                      out.predicted_step_seconds() * 1e3)));
   out.set_explanation(absl::StrCat("profiled on ", in.workers[0].id(), " (",
                                    in.profile.device(), ")\n",
                                    speeds.explanation, out.explanation()));

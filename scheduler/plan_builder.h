@@ -92,6 +92,11 @@ std::vector<LayerWireBytes> WireBytesPerLayer(const v1::JobSpec& spec);
 // round trip is mostly the network's, hence the workers' own figure first.
 double MessageOverhead(double configured,
                        const std::vector<v1::WorkerInfo>& workers);
+// The CPU one message end takes (PlanRequest::message_cpu_seconds): the
+// median of what the workers measured (WorkerInfo.message_cpu_seconds), else
+// `overhead_seconds` (MessageOverhead's figure).
+double MessageCpu(double overhead_seconds,
+                  const std::vector<v1::WorkerInfo>& workers);
 // Where MessageOverhead's figure comes from, in words, for the plan's
 // explanation.
 std::string MessageOverheadSource(double configured,

@@ -43,6 +43,10 @@ struct PlannerWorker {
   double speed = 1.0;
   int64_t memory_bytes = 0;
   std::string zone;
+  // The machine it runs on (WorkerInfo.host_id; empty: unknown) and the
+  // CPUs it may use there (0: unknown): workers on one machine share them.
+  std::string host_id;
+  int host_cpus = 0;
 };
 
 // Links between zones, as the operator's flags give them. `bandwidth`
@@ -87,6 +91,9 @@ struct PlanRequest {
   // Stage time per message a stage sends or receives (activation or
   // gradient), e.g. the local stream's encode and hand-off.
   double message_overhead_seconds = 0.0;
+  // CPU per message end, every thread of the process counted (gRPC's
+  // pollers, TLS): what it takes from the CPUs a machine's workers share.
+  double message_cpu_seconds = 0.0;
   int micro_batches = 1;
   // 0: any number of stages up to min(#layers, #workers); else exactly.
   int num_stages = 0;

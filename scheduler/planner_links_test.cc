@@ -12,6 +12,7 @@
 #include "scheduler/plan_builder.h"
 #include "scheduler/planner.h"
 #include "scheduler/planner_test_util.h"
+#include "scheduler/step_prediction.h"
 #include "spec/wire_size.h"
 
 namespace pipetrain {
@@ -233,6 +234,95 @@ TEST(SimulatedStepTest, MeasuredOverheadIsAQuarterOfTheMedianProbeRtt) {
   EXPECT_NE(plan->explanation().find("message overhead 1.000 ms"),
             std::string::npos)
       << plan->explanation();
+}
+
+// Three stages of one layer each (forward 1 ms, backward 2 ms, update
+// 0.5 ms), M = 4, 0.1 ms of CPU per message end.
+PlanRequest SharedMachineRequest() {
+  PlanRequest request;
+  for (int l = 0; l < 3; ++l) {
+    LayerCost layer = Layer(0.001, 0.002, 1024, 4096);
+    layer.optimizer_seconds = 0.0005;
+    request.layers.push_back(layer);
+  }
+  request.workers = {Worker("w0", 1, 0, ""), Worker("w1", 1, 0, ""),
+                     Worker("w2", 1, 0, "")};
+  for (PlannerWorker& w : request.workers) {
+    w.host_id = "machine-a";
+    w.host_cpus = 2;
+  }
+  request.micro_batches = 4;
+  request.message_cpu_seconds = 0.0001;
+  return request;
+}
+
+TEST(SharedCpuStepTest, StagesOnOneMachineShareItsCpus) {
+  const std::vector<StageAssignment> stages = {Stage(0, 1, 0), Stage(1, 2, 1),
+                                               Stage(2, 3, 2)};
+  PlanRequest request = SharedMachineRequest();
+  // By hand: passes 3 stages x 4 micro-batches x 3 ms = 36 ms; one update
+  // each, 1.5 ms; message ends 4 x 2 per neighbour: 8 + 16 + 8 = 32, at
+  // 0.1 ms 3.2 ms. 40.7 ms of CPU on 2 CPUs.
+  SharedCpuBound bound = SharedCpuStep(MlpSpec(), request, stages, 1);
+  EXPECT_NEAR(bound.seconds, 0.0407 / 2, 1e-12);
+  EXPECT_THAT(bound.explanation,
+              ::testing::HasSubstr("3 stages on 2 CPUs spend 40.700 ms"));
+  EXPECT_THAT(bound.explanation, ::testing::HasSubstr("32 message ends"));
+
+  // A worker twice as fast spends half the CPU on its passes and update.
+  request.workers[1].speed = 2;
+  bound = SharedCpuStep(MlpSpec(), request, stages, 1);
+  EXPECT_NEAR(bound.seconds, (0.0407 - 0.0125 / 2) / 2, 1e-12);
+
+  // Each stage on a machine of its own: the busiest machine (the middle
+  // stage's, with two neighbours, at speed 1) sets the floor, and no
+  // machine is shared.
+  request = SharedMachineRequest();
+  for (int w = 0; w < 3; ++w)
+    request.workers[w].host_id = "m" + std::to_string(w);
+  bound = SharedCpuStep(MlpSpec(), request, stages, 1);
+  EXPECT_NEAR(bound.seconds, (0.012 + 0.0005 + 16 * 0.0001) / 2, 1e-12);
+  EXPECT_EQ(bound.explanation, "");
+
+  // Machines not known: no floor.
+  for (PlannerWorker& w : request.workers) w.host_id.clear();
+  EXPECT_EQ(SharedCpuStep(MlpSpec(), request, stages, 1).seconds, 0.0);
+}
+
+// The floor raises a plan's prediction when it is above the simulated
+// step: two stages on one machine with one CPU take the sum of their work.
+TEST(SharedCpuStepTest, PlansOnASharedMachineArePredictedAtItsFloor) {
+  PlanInputs apart = TwoWorkerInputs(0.0);
+  absl::StatusOr<v1::Plan> separate = BuildPlan(apart);
+  ASSERT_TRUE(separate.ok()) << separate.status();
+  PlanInputs shared = apart;
+  for (v1::WorkerInfo& w : shared.workers) {
+    w.set_host_id("machine-a");
+    w.set_host_cpus(1);
+    w.set_message_cpu_seconds(0.0001);
+  }
+  absl::StatusOr<v1::Plan> together = BuildPlan(shared);
+  ASSERT_TRUE(together.ok()) << together.status();
+  const int m = shared.spec.training().micro_batches();
+  // Both layers' passes over M micro-batches, and 2 M message ends on each
+  // side of the one link, on one CPU.
+  EXPECT_NEAR(together->predicted_step_seconds(),
+              m * 2 * 0.003 + 4 * m * 0.0001, 1e-9);
+  EXPECT_GT(together->predicted_step_seconds(),
+            separate->predicted_step_seconds());
+  EXPECT_THAT(together->explanation(),
+              ::testing::HasSubstr("2 stages on 1 CPUs"));
+  // Two CPUs each, on machines of their own: the simulated step stands.
+  for (int w = 0; w < 2; ++w) {
+    shared.workers[w].set_host_id("m" + std::to_string(w));
+    shared.workers[w].set_host_cpus(2);
+  }
+  absl::StatusOr<v1::Plan> own = BuildPlan(shared);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_DOUBLE_EQ(own->predicted_step_seconds(),
+                   separate->predicted_step_seconds());
+  EXPECT_THAT(own->explanation(),
+              ::testing::Not(::testing::HasSubstr("machine")));
 }
 
 // Four layers of equal compute; the activation after layer 0 is small, the

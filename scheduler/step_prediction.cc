@@ -3,13 +3,46 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <set>
+#include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
 #include "spec/job_spec.h"
 #include "spec/schedule.h"
 #include "spec/vocabulary.h"
 
 namespace pipetrain {
+
+namespace {
+
+// Optimizer updates a stage runs in a step (its stream's kOptimizerStep
+// instructions: once, or once per micro-batch under asynchronous 1F1B).
+int64_t UpdatesPerStep(const v1::JobSpec& spec, int workers,
+                       int chunks_per_worker) {
+  int64_t updates = 1;
+  const absl::StatusOr<ScheduleParams> params =
+      JobScheduleParams(spec, workers);
+  if (chunks_per_worker == 1 && params.ok()) {
+    const absl::StatusOr<std::vector<Instruction>> stream =
+        BuildSchedule(*params, 0);
+    if (stream.ok()) {
+      updates = std::count_if(stream->begin(), stream->end(),
+                              [](const Instruction& in) {
+                                return in.op == OpKind::kOptimizerStep;
+                              });
+    }
+  }
+  return updates;
+}
+
+int DistinctWorkers(const std::vector<StageAssignment>& stages) {
+  std::set<int> workers;
+  for (const StageAssignment& stage : stages) workers.insert(stage.worker);
+  return static_cast<int>(workers.size());
+}
+
+}  // namespace
 
 double OptimizerSecondsPerStep(const v1::JobSpec& spec,
                                const PlanRequest& request,
@@ -23,20 +56,8 @@ double OptimizerSecondsPerStep(const v1::JobSpec& spec,
     }
     per_worker[stage.worker] += seconds / request.workers[stage.worker].speed;
   }
-  int64_t updates = 1;
-  const int workers = static_cast<int>(per_worker.size());
-  const absl::StatusOr<ScheduleParams> params =
-      JobScheduleParams(spec, workers);
-  if (chunks_per_worker == 1 && params.ok()) {
-    const absl::StatusOr<std::vector<Instruction>> stream =
-        BuildSchedule(*params, 0);
-    if (stream.ok()) {
-      updates = std::count_if(stream->begin(), stream->end(),
-                              [](const Instruction& in) {
-                                return in.op == OpKind::kOptimizerStep;
-                              });
-    }
-  }
+  const int64_t updates = UpdatesPerStep(
+      spec, static_cast<int>(per_worker.size()), chunks_per_worker);
   double worst = 0;
   for (const auto& [worker, seconds] : per_worker) {
     worst = std::max(worst, seconds);
@@ -122,6 +143,56 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
   const SimResult result = Simulate(params, SimCosts{}, costs);
   if (!result.status.ok() || result.deadlock) return -1;
   return result.makespan;
+}
+
+SharedCpuBound SharedCpuStep(const v1::JobSpec& spec,
+                             const PlanRequest& request,
+                             const std::vector<StageAssignment>& stages,
+                             int chunks_per_worker) {
+  struct Machine {
+    int cpus = 0;
+    int stages = 0;
+    double passes = 0;
+    double updates = 0;
+    int64_t message_ends = 0;
+  };
+  const double m = request.micro_batches;
+  const int64_t updates =
+      UpdatesPerStep(spec, DistinctWorkers(stages), chunks_per_worker);
+  const int n = static_cast<int>(stages.size());
+  std::map<std::string, Machine> machines;
+  for (int s = 0; s < n; ++s) {
+    const PlannerWorker& w = request.workers[stages[s].worker];
+    if (w.host_id.empty() || w.host_cpus <= 0) continue;
+    Machine& machine = machines[w.host_id];
+    machine.cpus = w.host_cpus;
+    ++machine.stages;
+    for (int l = stages[s].layer_begin; l < stages[s].layer_end; ++l) {
+      const LayerCost& c = request.layers[l];
+      machine.passes += m * (c.forward_seconds + c.backward_seconds) / w.speed;
+      machine.updates += updates * c.optimizer_seconds / w.speed;
+    }
+    const int neighbours = (s > 0) + (s + 1 < n);
+    // Each micro-batch's activation and gradient, sent and received.
+    machine.message_ends += static_cast<int64_t>(m) * 2 * neighbours;
+  }
+  SharedCpuBound out;
+  for (const auto& [id, machine] : machines) {
+    const double messages = machine.message_ends * request.message_cpu_seconds;
+    const double cpu = machine.passes + machine.updates + messages;
+    const double floor = cpu / machine.cpus;
+    out.seconds = std::max(out.seconds, floor);
+    if (machine.stages < 2) continue;
+    absl::StrAppendFormat(
+        &out.explanation,
+        "machine %s: %d stages on %d CPUs spend %.3f ms of CPU a step "
+        "(passes %.3f, updates %.3f, %d message ends x %.3f ms): a step "
+        "takes at least %.3f ms\n",
+        id.substr(0, 8), machine.stages, machine.cpus, cpu * 1e3,
+        machine.passes * 1e3, machine.updates * 1e3, machine.message_ends,
+        request.message_cpu_seconds * 1e3, floor * 1e3);
+  }
+  return out;
 }
 
 }  // namespace pipetrain

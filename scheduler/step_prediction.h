@@ -1,11 +1,13 @@
 // The step time a placement predicts: the job's schedule simulated over
-// the placement's stage and link costs (spec/simulator.cc), and the
-// optimizer updates a step puts on the slowest worker's critical path, for
-// the schedules the step is not simulated for. Used by BuildPlan
+// the placement's stage and link costs (spec/simulator.cc), the optimizer
+// updates a step puts on the slowest worker's critical path, for the
+// schedules the step is not simulated for, and the floor that machines
+// shared by several stages put under it. Used by BuildPlan
 // (plan_builder.h). Pure functions; thread-safe.
 #ifndef PIPETRAIN_SCHEDULER_STEP_PREDICTION_H_
 #define PIPETRAIN_SCHEDULER_STEP_PREDICTION_H_
 
+#include <string>
 #include <vector>
 
 #include "pipetrain/v1/scheduler.pb.h"
@@ -33,6 +35,26 @@ double OptimizerSecondsPerStep(const v1::JobSpec& spec,
 // latency later.
 double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
                      const std::vector<StageAssignment>& stages);
+
+// A step's floor where stages share a machine's CPUs: on each machine
+// (PlannerWorker::host_id; workers with no id or no CPU count are left
+// out), the CPU its stages spend in a step, divided by its CPUs. A stage's
+// CPU in a step: its forward and backward passes over the step's
+// micro-batches, its optimizer updates, and request.message_cpu_seconds for
+// each message end (each micro-batch's activation and gradient, sent and
+// received, on each side that has a neighbour). Stages on one machine run
+// their passes at once only while it has a free CPU for each; gRPC's
+// threads take from the same CPUs. `seconds` is the largest machine's
+// floor (0 when none is known); `explanation` a line for each machine
+// shared by two or more stages ("" when none).
+struct SharedCpuBound {
+  double seconds = 0.0;
+  std::string explanation;
+};
+SharedCpuBound SharedCpuStep(const v1::JobSpec& spec,
+                             const PlanRequest& request,
+                             const std::vector<StageAssignment>& stages,
+                             int chunks_per_worker);
 
 }  // namespace pipetrain
 

@@ -49,7 +49,7 @@ class ChaosE2eTest : public SchedulerTest {
   // plan and killing "its" worker (one CI run killed a worker the job had
   // just left, and no recovery came).
   ChaosE2eTest() {
-    extra_worker_flags_ = {kPinnedSpeed};
+    extra_worker_flags_ = {kPinnedSpeed, kOwnMachine};
     extra_scheduler_flags_ = PinnedLinkFlags();
   }
 

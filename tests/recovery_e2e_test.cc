@@ -98,7 +98,7 @@ class RecoveryE2eTest : public SchedulerTest {
   // checkpoint the kill waits for. One CI run killed a worker the job was
   // just moving onto, and the recovery was not the spare's.
   RecoveryE2eTest() {
-    extra_worker_flags_ = {kPinnedSpeed};
+    extra_worker_flags_ = {kPinnedSpeed, kOwnMachine};
     extra_scheduler_flags_ = PinnedLinkFlags();
   }
 
@@ -407,8 +407,8 @@ TEST_F(GrowthE2eTest, ADegradedJobTakesInANewWorkerAndMatches) {
   ASSERT_EQ(paused.state(), v1::JOB_STATE_PAUSED) << paused.error();
   ASSERT_LT(paused.step() + 2 * kCheckpointEvery, kSteps)
       << "the job ran too far before the pause for a checkpoint to follow";
-  auto joined = StartWorker(
-      {"--scheduler=" + scheduler_.address, "--labels=zone=z0", kPinnedSpeed});
+  auto joined = StartWorker({"--scheduler=" + scheduler_.address,
+                             "--labels=zone=z0", kPinnedSpeed, kOwnMachine});
   ASSERT_TRUE(joined.ok()) << joined.status();
   workers_.push_back(std::move(*joined));
   ASSERT_TRUE(WaitForWorkers(1, v1::WORKER_STATE_IDLE));

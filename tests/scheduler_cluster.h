@@ -27,6 +27,10 @@ std::vector<std::string> SchedulerFlags();
 // loopback round trips (0.1 to 2 ms on a busy machine) and the per-message
 // overhead taken from them would decide whether a third stage pays off.
 inline constexpr char kPinnedSpeed[] = "--gemm_gflops=50";
+// And the machine: the workers stand for machines of their own, not three
+// processes on one machine's CPUs (whose floor, from each worker's measured
+// CPU per message, would decide the same).
+inline constexpr char kOwnMachine[] = "--host_id=-";
 std::vector<std::string> PinnedLinkFlags();
 
 // examples/<name> with `steps` steps (and no epoch count).

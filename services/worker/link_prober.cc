@@ -1,5 +1,7 @@
 #include "services/worker/link_prober.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -48,31 +50,69 @@ absl::StatusOr<double> TimedProbe(v1::StageService::StubInterface& stub,
   return seconds;
 }
 
-// The median round trip of `options.rtt_calls` empty calls, after one that
-// connects (and does the TLS handshake) outside the figures.
-absl::StatusOr<double> MedianRtt(v1::StageService::StubInterface& stub,
-                                 const v1::ProbeTarget& target,
-                                 const LinkProbeOptions& options) {
+// This process's CPU time so far, all threads (user + system).
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) +
+         1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct RoundTrips {
+  double median_seconds = 0;
+  // This process's CPU per call: the median over batches of
+  // kCpuBatchCalls calls (the whole run when shorter), so that a batch
+  // another thread of the process shared with its own work counts once.
+  double cpu_seconds_per_call = 0;
+};
+
+constexpr int kCpuBatchCalls = 10;
+
+// `options.rtt_calls` empty calls, after one that connects (and does the
+// TLS handshake) outside the figures.
+absl::StatusOr<RoundTrips> TimedRoundTrips(
+    v1::StageService::StubInterface& stub, const v1::ProbeTarget& target,
+    const LinkProbeOptions& options) {
   const double deadline = options.call_deadline_seconds;
   RETURN_IF_ERROR(TimedProbe(stub, target, "", deadline).status());
   std::vector<double> rtts;
-  for (int i = 0; i < std::max(1, options.rtt_calls); ++i) {
+  std::vector<double> cpu_per_call;
+  const int calls = std::max(1, options.rtt_calls);
+  const int batch = std::min(calls, kCpuBatchCalls);
+  double batch_start = ProcessCpuSeconds();
+  for (int i = 1; i <= calls; ++i) {
     ASSIGN_OR_RETURN(const double t, TimedProbe(stub, target, "", deadline));
     rtts.push_back(t);
+    if (i % batch == 0) {
+      const double now = ProcessCpuSeconds();
+      cpu_per_call.push_back((now - batch_start) / batch);
+      batch_start = now;
+    }
   }
-  return Median(rtts);
+  return RoundTrips{Median(rtts), Median(cpu_per_call)};
+}
+
+absl::StatusOr<double> MedianRtt(v1::StageService::StubInterface& stub,
+                                 const v1::ProbeTarget& target,
+                                 const LinkProbeOptions& options) {
+  ASSIGN_OR_RETURN(const RoundTrips trips,
+                   TimedRoundTrips(stub, target, options));
+  return trips.median_seconds;
 }
 
 }  // namespace
 
-absl::StatusOr<double> MeasureMessageOverhead(const std::string& own_address,
-                                              const LinkProbeOptions& options) {
+absl::StatusOr<MessageCost> MeasureMessageCost(
+    const std::string& own_address, const LinkProbeOptions& options) {
   v1::ProbeTarget self;
   self.set_worker_id("itself");
   self.set_address(own_address);
   auto stub = v1::StageService::NewStub(CreatePipetrainChannel(own_address));
-  ASSIGN_OR_RETURN(const double rtt, MedianRtt(*stub, self, options));
-  return rtt / 4;
+  ASSIGN_OR_RETURN(const RoundTrips trips,
+                   TimedRoundTrips(*stub, self, options));
+  // A round trip is four message ends: the request's sender and receiver,
+  // the reply's sender and receiver, all in this process.
+  return MessageCost{trips.median_seconds / 4, trips.cpu_seconds_per_call / 4};
 }
 
 absl::StatusOr<v1::LinkMeasurement> MeasureLinkWith(

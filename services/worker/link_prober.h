@@ -63,14 +63,23 @@ absl::StatusOr<v1::LinkMeasurement> MeasureLinkWith(
     v1::StageService::StubInterface& stub, const v1::ProbeTarget& target,
     const LinkProbeOptions& options);
 
-// The cost of one message through this process's own gRPC stack: a
-// quarter of the median round trip of `options.rtt_calls` empty Probe calls
+// The cost of one message end (sending or receiving a message) through
+// this process's own gRPC stack, from `options.rtt_calls` empty Probe calls
 // to the StageService at `own_address` (this worker's server, dialled as a
-// peer would dial it but without the network between), for
-// WorkerInfo.message_overhead_seconds. The call's error when the server
-// cannot be reached under that name (e.g. a TLS certificate that does not
-// name it).
-absl::StatusOr<double> MeasureMessageOverhead(
+// peer would dial it but without the network between). The call's error
+// when the server cannot be reached under that name (e.g. a TLS
+// certificate that does not name it).
+struct MessageCost {
+  // A quarter of the median round trip: the wait a stage sees per message
+  // end (WorkerInfo.message_overhead_seconds).
+  double seconds = 0;
+  // A quarter of the process's CPU time per call, every thread counted
+  // (gRPC's pollers, TLS; the median over batches of ten calls): what a
+  // message end takes from the CPUs a machine's workers share
+  // (WorkerInfo.message_cpu_seconds).
+  double cpu_seconds = 0;
+};
+absl::StatusOr<MessageCost> MeasureMessageCost(
     const std::string& own_address, const LinkProbeOptions& options = {});
 
 // Runs MeasureLink for queued targets on a thread of its own, so that the

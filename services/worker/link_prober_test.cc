@@ -110,15 +110,21 @@ TEST(LinkProberModelTest, TheFirstPayloadOpensTheWindowAndIsNotCounted) {
 }
 
 // A worker's own stack: a quarter of a loopback round trip, positive and
-// far below a millisecond; a server that is not there is an error.
-TEST_F(LinkProberTest, MeasuresTheMessageOverheadOnItsOwnServer) {
-  absl::StatusOr<double> overhead = MeasureMessageOverhead(target_.address());
-  ASSERT_TRUE(overhead.ok()) << overhead.status();
-  EXPECT_GT(*overhead, 0.0);
-  EXPECT_LT(*overhead, 0.01);
+// far below a millisecond, and the CPU the calls took per message end,
+// positive and as far below; a server that is not there is an error.
+TEST_F(LinkProberTest, MeasuresTheMessageCostOnItsOwnServer) {
+  LinkProbeOptions options;
+  options.rtt_calls = 20;
+  absl::StatusOr<MessageCost> cost =
+      MeasureMessageCost(target_.address(), options);
+  ASSERT_TRUE(cost.ok()) << cost.status();
+  EXPECT_GT(cost->seconds, 0.0);
+  EXPECT_LT(cost->seconds, 0.01);
+  EXPECT_GT(cost->cpu_seconds, 0.0);
+  EXPECT_LT(cost->cpu_seconds, 0.01);
   LinkProbeOptions quick;
   quick.call_deadline_seconds = 0.5;
-  EXPECT_FALSE(MeasureMessageOverhead("127.0.0.1:1", quick).ok());
+  EXPECT_FALSE(MeasureMessageCost("127.0.0.1:1", quick).ok());
 }
 
 TEST_F(LinkProberTest, RefusesProbesPastTheCap) {

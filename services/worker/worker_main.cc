@@ -3,10 +3,12 @@
 // stage it is configured with.
 //
 //   pipetrain-worker --listen 0.0.0.0:7100 --metrics_port 9100 --device auto
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,6 +71,12 @@ ABSL_FLAG(double, gemm_gflops, 0,
           "GEMM speed the planner assumes for this worker, GFLOP/s (0: "
           "measure it at start, scaled down to the process's cgroup CPU "
           "limit; a measurement on a busy machine can be far off)");
+ABSL_FLAG(std::string, host_id, "",
+          "The machine this worker runs on, for the planner's floor under "
+          "stages that share a machine's CPUs; empty: the kernel's boot id "
+          "(the same in every container of a machine). '-' reports none: "
+          "the planner then counts no shared CPUs for this worker (e.g. "
+          "tests that stand a cluster of machines up on one).");
 ABSL_FLAG(std::vector<std::string>, data_root,
           std::vector<std::string>(absl::StrSplit(pipetrain::kDefaultDataRoots,
                                                   ',')),
@@ -79,6 +87,26 @@ ABSL_FLAG(int64_t, max_data_file_bytes, pipetrain::kDefaultMaxDataFileBytes,
 
 namespace pipetrain {
 namespace {
+
+// The machine this process runs on, as the workers that share its CPUs
+// see it: the kernel's boot id (one per boot of a machine, the same in all
+// of its containers), else the host name; empty when neither is readable.
+std::string HostId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (in && std::getline(in, id) && !id.empty()) return id;
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) == 0) return name;
+  return "";
+}
+
+// The CPUs this process may run on.
+int AffinityCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 // The share of the CPU backend's full speed a sustained computation gets
 // under this process's cgroup CPU limit (1 on CUDA, or with no limit).
@@ -236,17 +264,22 @@ absl::Status Run() {
   // The per-message cost of this worker's gRPC stack, for the planner:
   // its own server, dialled at the address it listens on.
   LinkProbeOptions self_probe;
-  self_probe.rtt_calls = 9;
-  const absl::StatusOr<double> overhead =
-      MeasureMessageOverhead(absl::StrCat(host, ":", grpc_port), self_probe);
-  if (overhead.ok()) {
-    info.set_message_overhead_seconds(*overhead);
-    PT_LOG(INFO) << "message overhead " << *overhead * 1e6 << " us";
+  self_probe.rtt_calls = 100;
+  const absl::StatusOr<MessageCost> cost =
+      MeasureMessageCost(absl::StrCat(host, ":", grpc_port), self_probe);
+  if (cost.ok()) {
+    info.set_message_overhead_seconds(cost->seconds);
+    info.set_message_cpu_seconds(cost->cpu_seconds);
+    PT_LOG(INFO) << "message overhead " << cost->seconds * 1e6 << " us, CPU "
+                 << cost->cpu_seconds * 1e6 << " us per message end";
   } else {
     PT_LOG(WARNING) << "cannot measure the message overhead on its own server "
                     << "(the planner falls back on link round trips): "
-                    << overhead.status();
+                    << cost.status();
   }
+  const std::string host_id = absl::GetFlag(FLAGS_host_id);
+  if (host_id != "-") info.set_host_id(host_id.empty() ? HostId() : host_id);
+  info.set_host_cpus(AffinityCpus());
   std::unique_ptr<WorkerAgent> agent;
   if (!absl::GetFlag(FLAGS_scheduler).empty()) {
     agent = std::make_unique<WorkerAgent>(absl::GetFlag(FLAGS_scheduler), info,
