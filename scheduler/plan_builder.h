@@ -82,26 +82,6 @@ struct LayerWireBytes {
 };
 std::vector<LayerWireBytes> WireBytesPerLayer(const v1::JobSpec& spec);
 
-// The per-message overhead a plan charges: `configured` when >= 0, else
-// measured: the median of what `workers` measured on their own gRPC stacks
-// (WorkerInfo.message_overhead_seconds), or, when none did, a quarter of
-// the median RTT over their probed links (0 when none was probed). A
-// probe's round trip is two messages through the same gRPC stack the stage
-// streams use, and each message costs its sender and its receiver, so a
-// quarter of it is one end's share of one message; across a WAN the link's
-// round trip is mostly the network's, hence the workers' own figure first.
-double MessageOverhead(double configured,
-                       const std::vector<v1::WorkerInfo>& workers);
-// The CPU one message end takes (PlanRequest::message_cpu_seconds): the
-// median of what the workers measured (WorkerInfo.message_cpu_seconds), else
-// `overhead_seconds` (MessageOverhead's figure).
-double MessageCpu(double overhead_seconds,
-                  const std::vector<v1::WorkerInfo>& workers);
-// Where MessageOverhead's figure comes from, in words, for the plan's
-// explanation.
-std::string MessageOverheadSource(double configured,
-                                  const std::vector<v1::WorkerInfo>& workers);
-
 // `workers`' links as the planner will use them: measured ones, replaced
 // by the topology's overrides where one covers the pair (source
 // "override"), plus override entries for pairs not measured.

@@ -212,6 +212,18 @@ TEST(SimulatedStepTest, WorkersOwnMeasurementWinsOverLinkRoundTrips) {
               ::testing::HasSubstr("probe RTT"));
 }
 
+// The CPU per message end: the median of what the workers measured, else
+// the overhead figure (a message end takes at least the wait it causes).
+TEST(SharedCpuStepTest, MessageCpuIsTheWorkersMedianElseTheOverhead) {
+  std::vector<v1::WorkerInfo> workers(3);
+  EXPECT_EQ(MessageCpu(0.00002, workers), 0.00002);
+  workers[0].set_message_cpu_seconds(0.00006);
+  workers[2].set_message_cpu_seconds(0.00004);
+  EXPECT_DOUBLE_EQ(MessageCpu(0.00002, workers), 0.00005);
+  workers[1].set_message_cpu_seconds(0.00003);
+  EXPECT_DOUBLE_EQ(MessageCpu(0.00002, workers), 0.00004);
+}
+
 TEST(SimulatedStepTest, MeasuredOverheadIsAQuarterOfTheMedianProbeRtt) {
   std::vector<v1::WorkerInfo> workers(2);
   for (double rtt : {0.0004, 0.0002, 0.0010}) {

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "common/median.h"
 #include "spec/job_spec.h"
 #include "spec/schedule.h"
 #include "spec/vocabulary.h"
@@ -15,6 +16,42 @@
 namespace pipetrain {
 
 namespace {
+
+// The per-message overhead the planner uses, and where it comes from.
+struct OverheadFigure {
+  double seconds = 0;
+  std::string source;
+};
+
+OverheadFigure DecideMessageOverhead(
+    double configured, const std::vector<v1::WorkerInfo>& workers) {
+  if (configured >= 0) return {configured, "--message_overhead_seconds"};
+  // What the workers measured on their own gRPC stacks, with no network
+  // in the way.
+  std::vector<double> own;
+  for (const v1::WorkerInfo& w : workers) {
+    if (w.message_overhead_seconds() > 0) {
+      own.push_back(w.message_overhead_seconds());
+    }
+  }
+  if (!own.empty()) {
+    return {Median(own),
+            "the median of what the workers measured on their own gRPC "
+            "stacks"};
+  }
+  // Else a quarter of the links' round trips: right on loopback and a LAN,
+  // far too high across a WAN, where the round trip is the network's.
+  std::vector<double> rtts;
+  for (const v1::WorkerInfo& w : workers) {
+    for (const v1::LinkMeasurement& l : w.links()) {
+      if (l.source() == "probe" && l.rtt_seconds() > 0) {
+        rtts.push_back(l.rtt_seconds());
+      }
+    }
+  }
+  if (rtts.empty()) return {0.0, "nothing measured yet"};
+  return {Median(rtts) / 4, "a quarter of the median probe RTT"};
+}
 
 // Optimizer updates a stage runs in a step (its stream's kOptimizerStep
 // instructions: once, or once per micro-batch under asynchronous 1F1B).
@@ -43,6 +80,26 @@ int DistinctWorkers(const std::vector<StageAssignment>& stages) {
 }
 
 }  // namespace
+
+double MessageCpu(double overhead_seconds,
+                  const std::vector<v1::WorkerInfo>& workers) {
+  std::vector<double> cpu;
+  for (const v1::WorkerInfo& w : workers) {
+    if (w.message_cpu_seconds() > 0) cpu.push_back(w.message_cpu_seconds());
+  }
+  // Unmeasured: at least the stage's own wait.
+  return cpu.empty() ? overhead_seconds : Median(cpu);
+}
+
+std::string MessageOverheadSource(double configured,
+                                  const std::vector<v1::WorkerInfo>& workers) {
+  return DecideMessageOverhead(configured, workers).source;
+}
+
+double MessageOverhead(double configured,
+                       const std::vector<v1::WorkerInfo>& workers) {
+  return DecideMessageOverhead(configured, workers).seconds;
+}
 
 double OptimizerSecondsPerStep(const v1::JobSpec& spec,
                                const PlanRequest& request,

@@ -2,7 +2,8 @@
 // the placement's stage and link costs (spec/simulator.cc), the optimizer
 // updates a step puts on the slowest worker's critical path, for the
 // schedules the step is not simulated for, and the floor that machines
-// shared by several stages put under it. Used by BuildPlan
+// shared by several stages put under it; and the per-message figures
+// these charge, from what the workers measured. Used by BuildPlan
 // (plan_builder.h). Pure functions; thread-safe.
 #ifndef PIPETRAIN_SCHEDULER_STEP_PREDICTION_H_
 #define PIPETRAIN_SCHEDULER_STEP_PREDICTION_H_
@@ -14,6 +15,26 @@
 #include "scheduler/planner.h"
 
 namespace pipetrain {
+
+// The per-message overhead a plan charges: `configured` when >= 0, else
+// measured: the median of what `workers` measured on their own gRPC stacks
+// (WorkerInfo.message_overhead_seconds), or, when none did, a quarter of
+// the median RTT over their probed links (0 when none was probed). A
+// probe's round trip is two messages through the same gRPC stack the stage
+// streams use, and each message costs its sender and its receiver, so a
+// quarter of it is one end's share of one message; across a WAN the link's
+// round trip is mostly the network's, hence the workers' own figure first.
+double MessageOverhead(double configured,
+                       const std::vector<v1::WorkerInfo>& workers);
+// The CPU one message end takes (PlanRequest::message_cpu_seconds): the
+// median of what the workers measured (WorkerInfo.message_cpu_seconds), else
+// `overhead_seconds` (MessageOverhead's figure).
+double MessageCpu(double overhead_seconds,
+                  const std::vector<v1::WorkerInfo>& workers);
+// Where MessageOverhead's figure comes from, in words, for the plan's
+// explanation.
+std::string MessageOverheadSource(double configured,
+                                  const std::vector<v1::WorkerInfo>& workers);
 
 // The slowest worker's optimizer updates in one step: a stage updates its
 // parameters as often as its instruction stream says (once a step, or once
