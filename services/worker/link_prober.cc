@@ -61,8 +61,8 @@ double ProcessCpuSeconds() {
 struct RoundTrips {
   double median_seconds = 0;
   // This process's CPU per call: the median over batches of
-  // kCpuBatchCalls calls (the whole run when shorter), so that a batch
-  // another thread of the process shared with its own work counts once.
+  // kCpuBatchCalls calls (the whole run when shorter), so that a batch in
+  // which another thread of the process did work of its own sways it less.
   double cpu_seconds_per_call = 0;
 };
 
