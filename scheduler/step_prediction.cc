@@ -73,6 +73,25 @@ int64_t UpdatesPerStep(const v1::JobSpec& spec, int workers,
   return updates;
 }
 
+// A stage's profiled layer costs summed over its layers, on its worker
+// (divided by the worker's speed).
+struct StageWork {
+  double forward = 0;
+  double backward = 0;
+  double optimizer = 0;
+};
+
+StageWork WorkOf(const PlanRequest& request, const StageAssignment& stage) {
+  const double speed = request.workers[stage.worker].speed;
+  StageWork work;
+  for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
+    work.forward += request.layers[l].forward_seconds / speed;
+    work.backward += request.layers[l].backward_seconds / speed;
+    work.optimizer += request.layers[l].optimizer_seconds / speed;
+  }
+  return work;
+}
+
 int DistinctWorkers(const std::vector<StageAssignment>& stages) {
   std::set<int> workers;
   for (const StageAssignment& stage : stages) workers.insert(stage.worker);
@@ -107,11 +126,7 @@ double OptimizerSecondsPerStep(const v1::JobSpec& spec,
                                int chunks_per_worker) {
   std::map<int, double> per_worker;
   for (const StageAssignment& stage : stages) {
-    double seconds = 0;
-    for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
-      seconds += request.layers[l].optimizer_seconds;
-    }
-    per_worker[stage.worker] += seconds / request.workers[stage.worker].speed;
+    per_worker[stage.worker] += WorkOf(request, stage).optimizer;
   }
   const int64_t updates = UpdatesPerStep(
       spec, static_cast<int>(per_worker.size()), chunks_per_worker);
@@ -148,16 +163,11 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
   }
   for (int s = 0; s < k; ++s) {
     const StageAssignment& a = stages[s];
-    const double speed = request.workers[a.worker].speed;
+    const StageWork work = WorkOf(request, a);
     SimCosts& c = costs[s];
-    c.forward = 0;
-    c.backward = 0;
-    c.optimizer = 0;
-    for (int l = a.layer_begin; l < a.layer_end; ++l) {
-      c.forward += request.layers[l].forward_seconds / speed;
-      c.backward += request.layers[l].backward_seconds / speed;
-      c.optimizer += request.layers[l].optimizer_seconds / speed;
-    }
+    c.forward = work.forward;
+    c.backward = work.backward;
+    c.optimizer = work.optimizer;
     const int neighbours = (s > 0) + (s + 1 < k);
     c.forward += o * neighbours;
     c.backward += o * neighbours;
@@ -224,11 +234,9 @@ SharedCpuBound SharedCpuStep(const v1::JobSpec& spec,
     Machine& machine = machines[w.host_id];
     machine.cpus = w.host_cpus;
     ++machine.stages;
-    for (int l = stages[s].layer_begin; l < stages[s].layer_end; ++l) {
-      const LayerCost& c = request.layers[l];
-      machine.passes += m * (c.forward_seconds + c.backward_seconds) / w.speed;
-      machine.updates += updates * c.optimizer_seconds / w.speed;
-    }
+    const StageWork work = WorkOf(request, stages[s]);
+    machine.passes += m * (work.forward + work.backward);
+    machine.updates += updates * work.optimizer;
     const int neighbours = (s > 0) + (s + 1 < n);
     // Each micro-batch's activation and gradient, sent and received.
     machine.message_ends += static_cast<int64_t>(m) * 2 * neighbours;
