@@ -7,7 +7,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 
 namespace pipetrain {
 namespace {
@@ -21,12 +20,6 @@ sigset_t ShutdownSignals() {
 }
 
 }  // namespace
-
-void SkipMutexCycleChecksInReleaseBuilds() {
-#ifdef NDEBUG
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-#endif
-}
 
 void BlockShutdownSignals() {
   sigset_t set = ShutdownSignals();

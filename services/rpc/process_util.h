@@ -17,14 +17,6 @@ void BlockShutdownSignals();
 // Waits for SIGINT or SIGTERM (blocked by BlockShutdownSignals); returns it.
 int WaitForShutdownSignal();
 
-// In a release build (NDEBUG), stops absl::Mutex from recording every lock
-// order in its process-wide graph to look for deadlock cycles, which it
-// does unless the absl library itself was built with NDEBUG (Debian's is
-// not): under perf, a make demo worker spent 1.1% of its CPU samples in
-// absl's cycle graph and 3.7% in its Mutex code with the check, 0% and
-// 2.2% without. Debug builds keep the check. Call early in main().
-void SkipMutexCycleChecksInReleaseBuilds();
-
 // Writes "name=value" lines to `path` atomically (temp file + rename), so a
 // reader never sees a partial file. No-op for an empty path.
 absl::Status WritePortFile(

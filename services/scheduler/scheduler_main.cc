@@ -266,7 +266,6 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   pipetrain::BlockShutdownSignals();
-  pipetrain::SkipMutexCycleChecksInReleaseBuilds();
   absl::SetProgramUsageMessage(
       "The pipetrain scheduler.\n"
       "  pipetrain-scheduler --listen 0.0.0.0:7000 --http_port 8080 "

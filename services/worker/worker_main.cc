@@ -305,7 +305,6 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   pipetrain::BlockShutdownSignals();
-  pipetrain::SkipMutexCycleChecksInReleaseBuilds();
   absl::SetProgramUsageMessage(
       "A pipetrain stage worker.\n"
       "  pipetrain-worker --listen 0.0.0.0:7100 --metrics_port 9100");
