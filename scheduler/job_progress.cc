@@ -27,6 +27,25 @@ std::vector<v1::VersionEntry> LedgerOf(const v1::StageReport& report,
   return out;
 }
 
+// `report` without the results an earlier report of its stage and
+// configuration brought (a worker repeats them until they are on disk).
+v1::StageReport NewResults(const v1::StageReport& report, JobRecord* record) {
+  const size_t stage = static_cast<size_t>(report.stage());
+  if (record->results_taken.size() <= stage) {
+    record->results_taken.resize(stage + 1);
+  }
+  JobRecord::ResultsTaken& taken = record->results_taken[stage];
+  if (taken.attempt != report.attempt()) taken = {report.attempt(), 0};
+  v1::StageReport fresh = report;
+  fresh.mutable_status()->clear_results();
+  for (const v1::StepResult& r : report.status().results()) {
+    if (r.step() < taken.next_step) continue;
+    *fresh.mutable_status()->add_results() = r;
+    taken.next_step = r.step() + 1;
+  }
+  return fresh;
+}
+
 // Loss, accuracy and step times come from the last stage, the epoch from
 // stage 0.
 void TakeStepResults(const v1::StageReport& report, bool last,
@@ -142,9 +161,10 @@ ReportEffects ApplyStageReport(const std::string& worker_id,
   }
   effects.applied = true;
   const bool last = stage == record->plan->stages_size() - 1;
-  effects.ledger = LedgerOf(report, now_ms);
-  TakeStepResults(report, last, record);
-  if (last) effects.recovery_seconds = EndRecovery(report, now_ms, record);
+  const v1::StageReport fresh = NewResults(report, record);
+  effects.ledger = LedgerOf(fresh, now_ms);
+  TakeStepResults(fresh, last, record);
+  if (last) effects.recovery_seconds = EndRecovery(fresh, now_ms, record);
   // Only the last stage computes the loss, so only it evaluates.
   if (last) effects.new_evaluations = TakeEvaluations(report, record);
   v1::StageReport& kept = record->reports[stage];

@@ -44,6 +44,34 @@ v1::StageReport Report(int stage, int64_t next_step, std::vector<int64_t> steps,
   return r;
 }
 
+// Workers repeat their results until the scheduler has written them down
+// (services/worker/report_cursor.h): a repeated result is taken once.
+TEST(ApplyStageReportTest, RepeatedResultsAreTakenOnce) {
+  JobRecord r = TwoStageJob();
+  ReportEffects e = ApplyStageReport("w-1", Report(1, 2, {0, 1}), 5, &r);
+  ASSERT_EQ(e.ledger.size(), 2u);
+  e = ApplyStageReport("w-1", Report(1, 4, {0, 1, 2, 3}), 6, &r);
+  ASSERT_TRUE(e.applied);
+  ASSERT_EQ(e.ledger.size(), 2u);
+  EXPECT_EQ(e.ledger[0].step(), 2);
+  EXPECT_EQ(e.ledger[1].step(), 3);
+  EXPECT_EQ(r.recent_step_seconds.size(), 4u);
+  EXPECT_EQ(r.job.step(), 0);  // stage 0 has not reported
+  e = ApplyStageReport("w-1", Report(1, 4, {2, 3}), 7, &r);
+  EXPECT_TRUE(e.applied);
+  EXPECT_TRUE(e.ledger.empty());
+  EXPECT_EQ(r.recent_step_seconds.size(), 4u);
+  // Stage 0 is counted on its own.
+  e = ApplyStageReport("w-0", Report(0, 2, {0, 1}), 8, &r);
+  EXPECT_EQ(e.ledger.size(), 2u);
+  // A new configuration (after a recovery) runs its steps again.
+  r.job.set_attempt(1);
+  v1::StageReport resumed = Report(1, 4, {2, 3});
+  resumed.set_attempt(1);
+  e = ApplyStageReport("w-1", resumed, 9, &r);
+  EXPECT_EQ(e.ledger.size(), 2u);
+}
+
 v1::EvalResult EvalAt(int64_t step, double loss) {
   v1::EvalResult e;
   e.set_step(step);

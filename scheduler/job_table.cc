@@ -98,6 +98,7 @@ absl::Status JobTable::Transition(JobRecord* record, v1::JobState to,
 
 void JobTable::SetPlan(JobRecord* record, v1::Plan plan) {
   record->reports.assign(plan.stages_size(), v1::StageReport());
+  record->results_taken.clear();
   record->recent_step_seconds.clear();
   if (writer_ != nullptr) writer_->PutPlan(plan);
   record->plan = std::move(plan);
@@ -106,6 +107,7 @@ void JobTable::SetPlan(JobRecord* record, v1::Plan plan) {
 void JobTable::ClearPlan(JobRecord* record) {
   record->plan.reset();
   record->reports.clear();
+  record->results_taken.clear();
   record->recent_step_seconds.clear();
   record->job.clear_stages();
 }

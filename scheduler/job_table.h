@@ -29,6 +29,15 @@ struct JobRecord {
   std::optional<v1::Plan> plan;
   // Latest report per planned stage, step results stripped.
   std::vector<v1::StageReport> reports;
+  // Per stage: the configuration (StageReport.attempt) and the step after
+  // the last result taken from its reports. A worker repeats its results
+  // until the scheduler has written them down (HeartbeatResponse), and a
+  // repeated result is taken once. Sized by ApplyStageReport.
+  struct ResultsTaken {
+    int64_t attempt = -1;
+    int64_t next_step = 0;
+  };
+  std::vector<ResultsTaken> results_taken;
   // The last stage's recent step times, newest last (throughput).
   std::deque<double> recent_step_seconds;
   // Highest step of a periodic evaluation taken from a report, so that a

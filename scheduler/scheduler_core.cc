@@ -181,6 +181,7 @@ absl::StatusOr<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
     const v1::HeartbeatRequest& request, const std::string& identity) {
   v1::HeartbeatResponse out;
   out.set_scheduler_instance(instance_);
+  out.set_durable_sequence(writer_.durable_sequence());
   const int64_t now = Now();
   const absl::Status caller = registry_.CheckCaller(
       request.worker_id(), identity, request.worker_secret());
@@ -209,6 +210,9 @@ absl::StatusOr<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
     if (!effects.ledger.empty()) {
       writer_.AppendVersions((*record)->job.id(), effects.ledger);
     }
+    // Results this report repeats were queued earlier, so an applied report
+    // waits for everything queued so far (see HeartbeatResponse).
+    if (effects.applied) out.set_report_sequence(writer_.queued_sequence());
     recovered = effects.recovery_seconds >= 0;
     if (recovered && recovery_seconds_ != nullptr) {
       recovery_seconds_->Observe(effects.recovery_seconds);
@@ -222,6 +226,7 @@ absl::StatusOr<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
   // test saw two of three). Recoveries are rare, so this heartbeat waits
   // one write and the others none.
   if (recovered) Flush();
+  out.set_durable_sequence(writer_.durable_sequence());
   return out;
 }
 

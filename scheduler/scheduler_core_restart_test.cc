@@ -41,6 +41,42 @@ TEST_F(SchedulerCoreTest, HeartbeatsQueueTheirWritesSubmissionsAreDurable) {
   EXPECT_EQ((*reader)->LoadJobs()->at(0).step(), 2);
 }
 
+// A heartbeat's results are acknowledged before they are written; the
+// response says which record they wait on and how far the disk is, so the
+// worker reports them again until they are written (ReportCursor).
+TEST_F(SchedulerCoreTest, AHeartbeatSaysWhenItsResultsAreOnDisk) {
+  TempDir dir;
+  core_ = MakeCore(&control_, dir.path());
+  const v1::Job job = RunningJob(8);
+  const v1::PlannedStage first = PlanOf(job.id()).stages(0);
+  control_.Advance(2);
+  v1::HeartbeatRequest h;
+  h.set_worker_id(first.worker_id());
+  *h.mutable_report() = *control_.Report(workers_[first.worker_id()]);
+  ASSERT_EQ(h.report().status().results_size(), 2);
+  auto acked = core_->Heartbeat(h);
+  ASSERT_TRUE(acked.ok()) << acked.status();
+  EXPECT_GT(acked->report_sequence(), acked->durable_sequence());
+  // Repeated before the flush: it waits on the same writes, or later ones.
+  auto repeated = core_->Heartbeat(h);
+  ASSERT_TRUE(repeated.ok());
+  EXPECT_GE(repeated->report_sequence(), acked->report_sequence());
+  core_->Tick();  // writes
+  auto reader = StateStore::Open(dir.path());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->LoadVersions(job.id(), 0)->size(), 2u);
+  h.mutable_report()->mutable_status()->clear_results();
+  auto after = core_->Heartbeat(h);
+  ASSERT_TRUE(after.ok());
+  EXPECT_GE(after->durable_sequence(), repeated->report_sequence());
+  // A report the scheduler ignores (another worker's stage) waits on
+  // nothing.
+  h.set_worker_id(PlanOf(job.id()).stages(1).worker_id());
+  auto ignored = core_->Heartbeat(h);
+  ASSERT_TRUE(ignored.ok());
+  EXPECT_EQ(ignored->report_sequence(), 0u);
+}
+
 // A scheduler that stops while it launches a job leaves the job PLANNING
 // and its planned workers ASSIGNED on disk. The next scheduler stops those
 // stages, frees the workers, and starts the job again.

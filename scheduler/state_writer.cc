@@ -1,5 +1,6 @@
 #include "scheduler/state_writer.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/logging.h"
@@ -12,24 +13,28 @@ void StateWriter::PutJob(const v1::Job& job) {
   if (store_ == nullptr) return;
   absl::MutexLock lock(&mu_);
   queue_.jobs[job.id()] = job;
+  ++queued_sequence_;
 }
 
 void StateWriter::PutPlan(const v1::Plan& plan) {
   if (store_ == nullptr) return;
   absl::MutexLock lock(&mu_);
   queue_.plans[plan.job_id()] = plan;
+  ++queued_sequence_;
 }
 
 void StateWriter::PutWorker(const v1::WorkerInfo& worker) {
   if (store_ == nullptr) return;
   absl::MutexLock lock(&mu_);
   queue_.workers[worker.id()] = worker;
+  ++queued_sequence_;
 }
 
 void StateWriter::RemoveWorker(const std::string& id) {
   if (store_ == nullptr) return;
   absl::MutexLock lock(&mu_);
   queue_.workers[id] = std::nullopt;
+  ++queued_sequence_;
 }
 
 void StateWriter::AppendVersions(const std::string& job_id,
@@ -38,6 +43,7 @@ void StateWriter::AppendVersions(const std::string& job_id,
   absl::MutexLock lock(&mu_);
   auto& queued = queue_.versions[job_id];
   queued.insert(queued.end(), entries.begin(), entries.end());
+  ++queued_sequence_;
 }
 
 size_t StateWriter::pending() const {
@@ -51,13 +57,31 @@ absl::Status StateWriter::Flush() {
   if (store_ == nullptr) return absl::OkStatus();
   absl::MutexLock io(&io_mu_);
   Queue taken;
+  uint64_t through = 0;
   {
     absl::MutexLock lock(&mu_);
     std::swap(taken, queue_);
+    through = queued_sequence_;
   }
   const absl::Status status = WriteAll(&taken);
   Requeue(std::move(taken));
+  // A failed record stays queued: nothing after it counts as written until
+  // a later flush writes it.
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    durable_sequence_ = std::max(durable_sequence_, through);
+  }
   return status;
+}
+
+uint64_t StateWriter::queued_sequence() const {
+  absl::MutexLock lock(&mu_);
+  return queued_sequence_;
+}
+
+uint64_t StateWriter::durable_sequence() const {
+  absl::MutexLock lock(&mu_);
+  return durable_sequence_;
 }
 
 // Writes every record of `queue`, removing those written; what remains

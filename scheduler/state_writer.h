@@ -15,6 +15,7 @@
 #ifndef PIPETRAIN_SCHEDULER_STATE_WRITER_H_
 #define PIPETRAIN_SCHEDULER_STATE_WRITER_H_
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -49,6 +50,13 @@ class StateWriter {
   // Records waiting for a flush (for tests and metrics).
   size_t pending() const;
 
+  // Durability marks. Every queued record takes the next sequence number
+  // (from 1); durable_sequence() is the highest number a flush has written
+  // together with every record queued before it. A writer without a store
+  // keeps nothing: both stay 0.
+  uint64_t queued_sequence() const;
+  uint64_t durable_sequence() const;
+
  private:
   struct Queue {
     std::map<std::string, v1::Job> jobs;
@@ -67,6 +75,8 @@ class StateWriter {
   absl::Mutex io_mu_;
   mutable absl::Mutex mu_;
   Queue queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t queued_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t durable_sequence_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pipetrain

@@ -64,6 +64,33 @@ TEST(StateWriterTest, WithoutAStoreEverythingIsDropped) {
   writer.AppendVersions("job-1", {Entry(0, 0)});
   EXPECT_EQ(writer.pending(), 0u);
   EXPECT_TRUE(writer.Flush().ok());
+  // Nothing kept, nothing to wait for.
+  EXPECT_EQ(writer.queued_sequence(), 0u);
+  EXPECT_EQ(writer.durable_sequence(), 0u);
+}
+
+// Workers repeat results until their record is durable (ReportCursor): a
+// record counts as written only once a flush wrote it and every record
+// queued before it.
+TEST(StateWriterTest, ARecordIsDurableOnceItAndEveryEarlierOneIsWritten) {
+  TempDir dir;
+  auto store = StateStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  StateWriter writer(store->get());
+  writer.AppendVersions("job-1", {Entry(0, 0)});
+  EXPECT_EQ(writer.queued_sequence(), 1u);
+  EXPECT_EQ(writer.durable_sequence(), 0u);
+  ASSERT_TRUE(writer.Flush().ok());
+  EXPECT_EQ(writer.durable_sequence(), 1u);
+
+  writer.AppendVersions("job-1", {Entry(0, 1)});
+  writer.PutJob(JobIn("", v1::JOB_STATE_RUNNING));  // cannot be stored
+  writer.AppendVersions("job-1", {Entry(0, 2)});
+  EXPECT_EQ(writer.queued_sequence(), 4u);
+  EXPECT_FALSE(writer.Flush().ok());
+  // Steps 1 and 2 are on disk, but record 3 is not, so neither counts.
+  EXPECT_EQ((*store)->LoadVersions("job-1", 0)->size(), 3u);
+  EXPECT_EQ(writer.durable_sequence(), 1u);
 }
 
 TEST(StateWriterTest, AFailedWriteStaysQueuedBehindNewerRecords) {

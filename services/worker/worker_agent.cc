@@ -55,21 +55,10 @@ absl::Status WorkerAgent::Beat() {
   v1::HeartbeatRequest request;
   request.set_worker_id(info_.id());
   request.set_worker_secret(secret_);
-  std::optional<v1::StageReport> report = host_->Report(reported_since_);
-  const auto is_new = [this](const v1::StageReport& r) {
-    return r.job_id() != reported_job_ || r.attempt() != reported_attempt_;
-  };
-  if (report.has_value() && is_new(*report)) {
-    // A new stage: report its results from the start.
-    report = host_->Report(0);
-  }
-  int64_t next_since = reported_since_;
-  if (report.has_value()) {
-    for (const auto& r : report->status().results()) {
-      next_since = std::max(next_since, r.step() + 1);
-    }
-    *request.mutable_report() = *report;
-  }
+  std::optional<v1::StageReport> report = host_->Report(cursor_.since());
+  // A new stage: report its results from the start.
+  if (report.has_value() && cursor_.IsNew(*report)) report = host_->Report(0);
+  if (report.has_value()) *request.mutable_report() = *report;
   std::vector<v1::LinkMeasurement> links = prober_.Take();
   for (const v1::LinkMeasurement& l : links) *request.add_links() = l;
   v1::HeartbeatResponse response;
@@ -82,30 +71,8 @@ absl::Status WorkerAgent::Beat() {
     return sent;
   }
   prober_.Enqueue({response.probe().begin(), response.probe().end()});
-  if (report.has_value()) {
-    if (is_new(*report)) {
-      reported_job_ = report->job_id();
-      reported_attempt_ = report->attempt();
-      next_since = 0;
-      for (const auto& r : report->status().results()) {
-        next_since = std::max(next_since, r.step() + 1);
-      }
-    }
-    reported_since_ = next_since;
-  }
-  // A new scheduler process may have lost results its predecessor
-  // acknowledged but had not written down: report them all again.
-  if (response.scheduler_instance() != scheduler_instance_) {
-    if (!scheduler_instance_.empty()) reported_attempt_ = -1;
-    scheduler_instance_ = response.scheduler_instance();
-  }
-  if (response.register_again()) {
-    // A scheduler that does not know this worker (one restarted before it
-    // had written the registration down) dropped the report with it:
-    // report every result of the stage again once registered.
-    registered_ = false;
-    reported_attempt_ = -1;
-  }
+  cursor_.Answered(report.has_value() ? &*report : nullptr, response);
+  if (response.register_again()) registered_ = false;
   return absl::OkStatus();
 }
 
@@ -113,10 +80,9 @@ void WorkerAgent::Loop() {
   bool warned = false;
   while (true) {
     absl::Status status = registered_ ? Beat() : Register();
-    // The scheduler may have died with the last results it acknowledged
-    // still queued for its disk: once it answers again, report every
-    // result of the stage again (the ledger keeps one entry per step).
-    if (!status.ok()) reported_attempt_ = -1;
+    // Once the scheduler answers again, report every result the stage
+    // keeps (the ledger keeps one entry per step): it may have restarted.
+    if (!status.ok()) cursor_.ReportAll();
     if (!status.ok() && !warned) {
       PT_LOG(WARNING) << "scheduler at " << scheduler_address_
                       << " unreachable: " << status << " (retrying)";

@@ -1,7 +1,8 @@
 // WorkerAgent: a worker's link to the scheduler. It registers the worker
 // (address, device, memory, measured GEMM speed, labels) and heartbeats at
 // the interval the scheduler asks for, carrying the stage's report (state,
-// versions, step results since the last acknowledged heartbeat). It
+// versions, and the step results the scheduler has not yet written down:
+// ReportCursor). It
 // re-registers when the scheduler has forgotten the worker (e.g. restarted
 // without its data) and keeps retrying while the scheduler is away.
 // Links the scheduler asks it to measure (HeartbeatResponse.probe) are
@@ -20,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "pipetrain/v1/scheduler.grpc.pb.h"
 #include "services/worker/link_prober.h"
+#include "services/worker/report_cursor.h"
 #include "worker/pipeline/stage_host.h"
 
 namespace pipetrain {
@@ -48,15 +50,8 @@ class WorkerAgent {
   bool registered_ = false;
   // Proof of the last registration, sent with heartbeats; never logged.
   std::string secret_;
-  // The configuration (job, attempt) reported last and the step its next
-  // report's results start at; a new configuration (a new job, or the same
-  // job resumed after a recovery) is reported from its first result.
-  std::string reported_job_;
-  int64_t reported_attempt_ = -1;
-  int64_t reported_since_ = 0;
-  // HeartbeatResponse.scheduler_instance last seen: when it changes, the
-  // stage's results are reported again from the first.
-  std::string scheduler_instance_;
+  // Which step results the next heartbeat carries.
+  ReportCursor cursor_;
 
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
