@@ -172,6 +172,28 @@ TEST(SimulatedStepTest, FillAndDrainPayEachLinksLatencyOncePerWay) {
             slow->predicted_step_seconds() - 1e-9);
 }
 
+// A stage that holds its weight-gradient products back (micro-batches of
+// fewer than kMaxHeldWeightGradRows rows) runs them at its optimizer step,
+// so ZB-H1's deferred W passes fill no bubble: it is predicted as fast as
+// 1F1B-flush, not faster. Micro-batches of 256 rows are not held, and the
+// W passes fill the bubble.
+TEST(SimulatedStepTest, HeldWeightGradientsLeaveZbH1NoBubbleToFill) {
+  auto predict = [](v1::ScheduleKindProto kind, int64_t batch) {
+    PlanInputs in = TwoWorkerInputs(0.0);
+    in.spec.set_schedule(kind);
+    in.spec.mutable_training()->set_batch_size(batch);
+    absl::StatusOr<v1::Plan> plan = BuildPlan(in);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? plan->predicted_step_seconds() : -1.0;
+  };
+  // 16 rows a micro-batch: held.
+  EXPECT_NEAR(predict(v1::SCHEDULE_ZB_H1, 64),
+              predict(v1::SCHEDULE_1F1B_FLUSH, 64), 1e-12);
+  // 256 rows: not held.
+  EXPECT_LT(predict(v1::SCHEDULE_ZB_H1, 1024),
+            predict(v1::SCHEDULE_1F1B_FLUSH, 1024) - 1e-4);
+}
+
 TEST(SimulatedStepTest, MessageOverheadIsStageTimePerMessage) {
   PlanInputs plain = TwoWorkerInputs(0.0);
   PlanInputs overhead = plain;

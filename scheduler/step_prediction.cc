@@ -53,6 +53,27 @@ OverheadFigure DecideMessageOverhead(
   return {Median(rtts) / 4, "a quarter of the median probe RTT"};
 }
 
+// Micro-batches whose weight-gradient products a stage holds back to run
+// together (SimCosts::held_weight_grads; worker/nn/weight_grad_queue.h):
+// as many as fit in kMaxHeldWeightGradRows rows of a linear layer's input
+// (a micro-batch's samples times each sample's rows: a token sequence's
+// length, one for a feature vector). 0: none held.
+int HeldWeightGradMicroBatches(const v1::JobSpec& spec, ScheduleKind kind) {
+  const v1::TrainingSpec& t = spec.training();
+  const int m = static_cast<int>(std::max<int64_t>(1, t.micro_batches()));
+  if (!DefersWeightGrads(kind, m, t.rematerialize())) return 0;
+  const v1::ModelSpec& model = t.model();
+  const int dims = model.input_shape_size();
+  int64_t rows_per_sample = 1;
+  for (int i = 0; i < dims; ++i) {
+    if (i == dims - 1 && model.input_kind() != v1::INPUT_KIND_TOKENS) break;
+    rows_per_sample *= std::max<int64_t>(1, model.input_shape(i));
+  }
+  const int64_t rows = t.batch_size() / m * rows_per_sample;
+  if (rows <= 0 || rows >= kMaxHeldWeightGradRows) return 0;
+  return static_cast<int>(kMaxHeldWeightGradRows / rows);
+}
+
 // Optimizer updates a stage runs in a step (its stream's kOptimizerStep
 // instructions: once, or once per micro-batch under asynchronous 1F1B).
 int64_t UpdatesPerStep(const v1::JobSpec& spec, int workers,
@@ -148,6 +169,7 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
   }
   const int k = static_cast<int>(stages.size());
   const double o = request.message_overhead_seconds;
+  const int held_weight_grads = HeldWeightGradMicroBatches(spec, *kind);
   std::vector<SimCosts> costs(k);
   std::vector<LinkEstimate> down(k);  // link s -> s + 1
   std::vector<LinkEstimate> up(k);    // link s -> s - 1
@@ -168,6 +190,8 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
     c.forward = work.forward;
     c.backward = work.backward;
     c.optimizer = work.optimizer;
+    c.weight_grad = work.backward / 2;  // the messages' overhead is B's
+    c.held_weight_grads = held_weight_grads;
     const int neighbours = (s > 0) + (s + 1 < k);
     c.forward += o * neighbours;
     c.backward += o * neighbours;

@@ -156,6 +156,15 @@ struct SimCosts {
   double gradient_transfer = 0.0;
   // The latency of gradient sends when it differs from `send` (< 0: send).
   double gradient_send = -1.0;
+  // The weight-gradient half (W) of `backward`, when it is not half of it
+  // (< 0: backward / 2); B is the rest.
+  double weight_grad = -1.0;
+  // Weight-gradient products held back (DefersWeightGrads): the W half of
+  // a micro-batch's backward does not run in its pass; the
+  // stage holds up to this many micro-batches' (per chunk) and runs them
+  // together when one more would pass that, or at its optimizer step. 0:
+  // each runs in its own pass.
+  int held_weight_grads = 0;
 };
 
 struct SimResult {

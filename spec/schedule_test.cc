@@ -208,6 +208,43 @@ TEST(ScheduleTest, FlushBubblesHoldForOtherCostRatios) {
   }
 }
 
+// A stage that holds its weight-gradient products back runs them at its
+// optimizer step: the deferred W passes no longer fill ZB-H1's bubble,
+// which leaves it no faster than GPipe (K = 2, M = 2, F = 1, B = W = 1;
+// worked by hand).
+TEST(ScheduleTest, HeldWeightGradientsRunAtTheOptimizerStep) {
+  SimCosts run;  // each W in its pass
+  SimCosts held;
+  held.held_weight_grads = 2;
+  EXPECT_NEAR(Simulate(Params(ScheduleKind::kGPipe, 2, 2), run).makespan, 9,
+              kTol);
+  EXPECT_NEAR(Simulate(Params(ScheduleKind::kZeroBubbleH1, 2, 2), run).makespan,
+              7, kTol);
+  // Stage 1 sends each input gradient after B alone (1 instead of 2) and
+  // both stages add their two W passes at the end.
+  EXPECT_NEAR(Simulate(Params(ScheduleKind::kGPipe, 2, 2), held).makespan, 8,
+              kTol);
+  EXPECT_NEAR(
+      Simulate(Params(ScheduleKind::kZeroBubbleH1, 2, 2), held).makespan, 8,
+      kTol);
+  // Held one at a time, a W runs with the next micro-batch's backward:
+  // stage 1 of GPipe runs B0 [3, 4], B1 + W0 [4, 6], the optimizer step +
+  // W1 [6, 7]; stage 0 B0 [4, 5], B1 + W0 [6, 8], then + W1 [8, 9].
+  held.held_weight_grads = 1;
+  EXPECT_NEAR(Simulate(Params(ScheduleKind::kGPipe, 2, 2), held).makespan, 9,
+              kTol);
+  // An uneven W share: B = 0.5, W = 1.5 of a backward of 2.
+  SimCosts uneven = run;
+  uneven.weight_grad = 1.5;
+  const SimResult r =
+      Simulate(Params(ScheduleKind::kZeroBubbleH1, 2, 2), uneven);
+  // Stage 1: F0 [1, 2], B0 [2, 2.5], F1 [2.5, 3.5], B1 [3.5, 4], W0
+  // [4, 5.5], W1 [5.5, 7]. Stage 0: F0 F1 [0, 2], B0 [2.5, 3], W0
+  // [3, 4.5], B1 [4.5, 5], W1 [5, 6.5].
+  EXPECT_NEAR(r.makespan, 7, kTol);
+  EXPECT_NEAR(r.busy[0], 6, kTol);
+}
+
 TEST(ScheduleTest, ZeroBubbleH1CutsTheBubbleToAThird) {
   const SimCosts c;  // F = 1, B = W = 1
   for (int k = 2; k <= 8; ++k) {

@@ -34,6 +34,9 @@ struct StageState {
   int held = 0;       // F ran, W (or full backward) not finished
   int peak_in_flight = 0;
   int peak_held = 0;
+  // Micro-batches whose weight-gradient products are held back
+  // (SimCosts::held_weight_grads).
+  int held_weight_grads = 0;
 };
 
 bool IsSend(OpKind op) {
@@ -54,7 +57,9 @@ absl::Status ValidateCosts(const std::vector<SimCosts>& costs, size_t k) {
   for (const SimCosts& c : costs) {
     for (double x :
          {c.forward, c.backward, c.send, c.optimizer, c.activation_transfer,
-          c.gradient_transfer, std::max(c.gradient_send, 0.0)}) {
+          c.gradient_transfer, std::max(c.gradient_send, 0.0),
+          std::max(c.weight_grad, 0.0),
+          static_cast<double>(c.held_weight_grads)}) {
       if (!(x >= 0.0) || !std::isfinite(x)) {
         return absl::InvalidArgumentError(
             absl::StrCat("costs must be finite and >= 0, got ", x));
@@ -93,6 +98,8 @@ class PipelineSim {
   }
   absl::Status ValidateInstruction(int stage, const Instruction& in);
   double Duration(const Instruction& in, const SimCosts& c) const;
+  double HeldWeightGrads(StageState& st, const Instruction& in,
+                         const SimCosts& c) const;
   // Runs stage s's next instruction; false when it waits for a message.
   bool TryStep(int s);
   void Account(StageState& st, OpKind op);
@@ -186,6 +193,11 @@ absl::Status PipelineSim::CheckSendsAreUnique() {
   return status;
 }
 
+double WeightGrad(const SimCosts& c) {
+  return c.weight_grad >= 0.0 ? std::min(c.weight_grad, c.backward)
+                              : c.backward / 2.0;
+}
+
 // Compute costs; a chunk of an interleaved stage does 1/v of its work.
 // kLoss is folded into the forward and kLoadInput is free.
 double PipelineSim::Duration(const Instruction& in, const SimCosts& c) const {
@@ -195,13 +207,39 @@ double PipelineSim::Duration(const Instruction& in, const SimCosts& c) const {
     case OpKind::kBackward:
       return c.backward / chunks_;
     case OpKind::kBackwardInput:
+      return (c.backward - WeightGrad(c)) / chunks_;
     case OpKind::kBackwardWeight:
-      return c.backward / (2.0 * chunks_);
+      return WeightGrad(c) / chunks_;
     case OpKind::kOptimizerStep:
       return c.optimizer;
     default:
       return 0.0;
   }
+}
+
+// What holding weight-gradient products back changes in an instruction's
+// duration: a W half moves from its pass to the pass that runs the held
+// products together (the one that would hold one too many, or the
+// optimizer step).
+double PipelineSim::HeldWeightGrads(StageState& st, const Instruction& in,
+                                    const SimCosts& c) const {
+  if (c.held_weight_grads <= 0) return 0.0;
+  const double w = WeightGrad(c) / chunks_;
+  if (in.op == OpKind::kOptimizerStep) {
+    const double flushed = st.held_weight_grads * w;
+    st.held_weight_grads = 0;
+    return flushed;
+  }
+  if (in.op != OpKind::kBackward && in.op != OpKind::kBackwardWeight) {
+    return 0.0;
+  }
+  double change = -w;
+  if (st.held_weight_grads >= c.held_weight_grads * chunks_) {
+    change += st.held_weight_grads * w;
+    st.held_weight_grads = 0;
+  }
+  ++st.held_weight_grads;
+  return change;
 }
 
 void PipelineSim::Account(StageState& st, OpKind op) {
@@ -235,7 +273,8 @@ bool PipelineSim::TryStep(int s) {
     if (arrival == kNotSent) return false;
     start = std::max(start, arrival);
   }
-  const double duration = Duration(in, costs_[s]);
+  const double duration =
+      Duration(in, costs_[s]) + HeldWeightGrads(st, in, costs_[s]);
   st.clock = start + duration;
   st.busy += duration;
   if (IsSend(in.op)) {
