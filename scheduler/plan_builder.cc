@@ -37,7 +37,7 @@ MemoryModel MemoryFor(const v1::JobSpec& spec) {
   if (kind.ok() &&
       DefersWeightGrads(*kind, static_cast<int>(m),
                         spec.training().rematerialize()) &&
-      spec.training().batch_size() / m < kMaxHeldWeightGradRows) {
+      HeldWeightGradMicroBatches(spec.training().batch_size() / m) > 0) {
     return MemoryModel::kGPipe;
   }
   // ZB-H1 holds as many micro-batches as 1F1B (until their B pass).

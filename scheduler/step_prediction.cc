@@ -55,10 +55,10 @@ OverheadFigure DecideMessageOverhead(
 
 // Micro-batches whose weight-gradient products a stage holds back to run
 // together (SimCosts::held_weight_grads; worker/nn/weight_grad_queue.h):
-// as many as fit in kMaxHeldWeightGradRows rows of a linear layer's input
-// (a micro-batch's samples times each sample's rows: a token sequence's
+// HeldWeightGradMicroBatches of a linear layer's input rows in a
+// micro-batch (its samples times each sample's rows: a token sequence's
 // length, one for a feature vector). 0: none held.
-int HeldWeightGradMicroBatches(const v1::JobSpec& spec, ScheduleKind kind) {
+int HeldWeightGradsOf(const v1::JobSpec& spec, ScheduleKind kind) {
   const v1::TrainingSpec& t = spec.training();
   const int m = static_cast<int>(std::max<int64_t>(1, t.micro_batches()));
   if (!DefersWeightGrads(kind, m, t.rematerialize())) return 0;
@@ -70,8 +70,7 @@ int HeldWeightGradMicroBatches(const v1::JobSpec& spec, ScheduleKind kind) {
     rows_per_sample *= std::max<int64_t>(1, model.input_shape(i));
   }
   const int64_t rows = t.batch_size() / m * rows_per_sample;
-  if (rows <= 0 || rows >= kMaxHeldWeightGradRows) return 0;
-  return static_cast<int>(kMaxHeldWeightGradRows / rows);
+  return rows <= 0 ? 0 : static_cast<int>(HeldWeightGradMicroBatches(rows));
 }
 
 // Optimizer updates a stage runs in a step (its stream's kOptimizerStep
@@ -169,7 +168,7 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
   }
   const int k = static_cast<int>(stages.size());
   const double o = request.message_overhead_seconds;
-  const int held_weight_grads = HeldWeightGradMicroBatches(spec, *kind);
+  const int held_weight_grads = HeldWeightGradsOf(spec, *kind);
   std::vector<SimCosts> costs(k);
   std::vector<LinkEstimate> down(k);  // link s -> s + 1
   std::vector<LinkEstimate> up(k);    // link s -> s - 1

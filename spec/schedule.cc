@@ -394,6 +394,12 @@ bool DefersWeightGrads(ScheduleKind kind, int micro_batches,
   return ReusesWeights(kind, micro_batches) && !rematerialize;
 }
 
+int64_t HeldWeightGradMicroBatches(int64_t rows) {
+  return rows >= kMaxHeldWeightGradRows
+             ? 0
+             : kMaxHeldWeightGradRows / std::max<int64_t>(1, rows);
+}
+
 int StepLookback(const ScheduleParams& params, int stage) {
   if (!IsCrossStep(params.kind) || params.micro_batches < 1) return 0;
   const int warmup = CrossStepWarmup(params, stage);

@@ -85,6 +85,10 @@ bool ReusesWeights(ScheduleKind kind, int micro_batches);
 // holds back so that a step's weight gradients run as one product
 // (worker/nn/weight_grad_queue.h).
 inline constexpr int64_t kMaxHeldWeightGradRows = 256;
+// How many micro-batches of `rows` rows (>= 1) such a layer holds for one
+// product: as many as fit in kMaxHeldWeightGradRows; 0 when one alone
+// fills it (not held).
+int64_t HeldWeightGradMicroBatches(int64_t rows);
 // True when a stage holds its weight-gradient products back over a step's
 // micro-batches (Model::DeferWeightGrads): it reuses its weights and keeps
 // its activations (rematerialization keeps only a step's stage inputs;
