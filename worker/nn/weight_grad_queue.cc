@@ -23,7 +23,8 @@ absl::Status WeightGradQueue::Add(const void* owner, int64_t in, int64_t out,
     if (g.owner == owner) group = &g;
   }
   if (group == nullptr) {
-    groups_.push_back(Group{owner, in, out, 0, {}, {}, std::move(accumulate)});
+    groups_.push_back(
+        Group{owner, in, out, 0, Tensor(), Tensor(), std::move(accumulate)});
     group = &groups_.back();
   } else if (group->in != in || group->out != out) {
     return absl::InvalidArgumentError(
@@ -36,40 +37,65 @@ absl::Status WeightGradQueue::Add(const void* owner, int64_t in, int64_t out,
   }
   // Enough rows on their own: nothing to gain from holding them.
   if (rows >= kMaxRows) return group->accumulate(x, dy);
-  group->xs.push_back(x);
-  group->dys.push_back(dy);
+  return Append(group, x, dy, rows);
+}
+
+int64_t WeightGradQueue::stack_bytes() const {
+  int64_t bytes = 0;
+  for (const Group& g : groups_) {
+    if (!g.x_stack.empty()) {
+      bytes += static_cast<int64_t>(g.x_stack.bytes() + g.dy_stack.bytes());
+    }
+  }
+  return bytes;
+}
+
+absl::Status WeightGradQueue::Reserve(Group* group, int64_t rows) {
+  const int64_t capacity = group->x_stack.empty() ? 0 : group->x_stack.dim(0);
+  if (rows <= capacity) return absl::OkStatus();
+  // Doubling, up to the most the queue holds: a step's first micro-batches
+  // grow the stacks a few times, and later steps not at all.
+  const int64_t grown =
+      std::min(kMaxRows, std::max(rows, std::max<int64_t>(2 * capacity, 1)));
+  ASSIGN_OR_RETURN(Tensor x,
+                   backend_->AllocateUninitialized({grown, group->in}));
+  ASSIGN_OR_RETURN(Tensor dy,
+                   backend_->AllocateUninitialized({grown, group->out}));
+  if (group->rows > 0) {
+    RETURN_IF_ERROR(
+        backend_->Copy(group->x_stack.f32(), group->rows * group->in, x.f32()));
+    RETURN_IF_ERROR(backend_->Copy(group->dy_stack.f32(),
+                                   group->rows * group->out, dy.f32()));
+  }
+  group->x_stack = std::move(x);
+  group->dy_stack = std::move(dy);
+  return absl::OkStatus();
+}
+
+absl::Status WeightGradQueue::Append(Group* group, const Tensor& x,
+                                     const Tensor& dy, int64_t rows) {
+  RETURN_IF_ERROR(Reserve(group, group->rows + rows));
+  RETURN_IF_ERROR(
+      backend_->Copy(x.f32(), rows * group->in,
+                     group->x_stack.f32() + group->rows * group->in));
+  RETURN_IF_ERROR(
+      backend_->Copy(dy.f32(), rows * group->out,
+                     group->dy_stack.f32() + group->rows * group->out));
   group->rows += rows;
-  held_bytes_ += static_cast<int64_t>(x.bytes() + dy.bytes());
+  held_bytes_ +=
+      rows * (group->in + group->out) * static_cast<int64_t>(sizeof(float));
   return absl::OkStatus();
 }
 
 absl::Status WeightGradQueue::Run(Group* group) {
-  if (group->xs.empty()) return absl::OkStatus();
-  std::vector<Tensor> xs = std::move(group->xs);
-  std::vector<Tensor> dys = std::move(group->dys);
   const int64_t rows = group->rows;
-  group->xs.clear();
-  group->dys.clear();
+  if (rows == 0) return absl::OkStatus();
   group->rows = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    held_bytes_ -= static_cast<int64_t>(xs[i].bytes() + dys[i].bytes());
-  }
-  if (xs.size() == 1) return group->accumulate(xs[0], dys[0]);
-  // Stack the micro-batches' rows, in the order they came, so one product
-  // runs over all of them.
-  ASSIGN_OR_RETURN(Tensor x,
-                   backend_->AllocateUninitialized({rows, group->in}));
-  ASSIGN_OR_RETURN(Tensor dy,
-                   backend_->AllocateUninitialized({rows, group->out}));
-  int64_t row = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const int64_t r = xs[i].numel() / group->in;
-    RETURN_IF_ERROR(
-        backend_->Copy(xs[i].f32(), r * group->in, x.f32() + row * group->in));
-    RETURN_IF_ERROR(backend_->Copy(dys[i].f32(), r * group->out,
-                                   dy.f32() + row * group->out));
-    row += r;
-  }
+  held_bytes_ -=
+      rows * (group->in + group->out) * static_cast<int64_t>(sizeof(float));
+  // One product over the held rows, in the order they came.
+  ASSIGN_OR_RETURN(const Tensor x, group->x_stack.SliceRows(0, rows));
+  ASSIGN_OR_RETURN(const Tensor dy, group->dy_stack.SliceRows(0, rows));
   return group->accumulate(x, dy);
 }
 
@@ -79,29 +105,28 @@ absl::Status WeightGradQueue::Flush() {
 }
 
 void WeightGradQueue::Discard() {
-  for (Group& group : groups_) {
-    group.xs.clear();
-    group.dys.clear();
-    group.rows = 0;
-  }
+  for (Group& group : groups_) group.rows = 0;
   held_bytes_ = 0;
 }
 
-int64_t WeightGradQueue::Repeat(int64_t times) {
+absl::StatusOr<int64_t> WeightGradQueue::Repeat(int64_t times) {
   int64_t fewest = 0;
   for (Group& group : groups_) {
-    if (group.xs.empty()) continue;
-    const std::vector<Tensor> xs = group.xs;
-    const std::vector<Tensor> dys = group.dys;
     const int64_t rows = group.rows;
+    if (rows == 0) continue;
     int64_t held = 1;
     while (held < times && group.rows + rows <= kMaxRows) {
-      for (size_t i = 0; i < xs.size(); ++i) {
-        group.xs.push_back(xs[i]);
-        group.dys.push_back(dys[i]);
-        held_bytes_ += static_cast<int64_t>(xs[i].bytes() + dys[i].bytes());
-      }
+      // The first `rows` rows again, after those held.
+      RETURN_IF_ERROR(Reserve(&group, group.rows + rows));
+      RETURN_IF_ERROR(
+          backend_->Copy(group.x_stack.f32(), rows * group.in,
+                         group.x_stack.f32() + group.rows * group.in));
+      RETURN_IF_ERROR(
+          backend_->Copy(group.dy_stack.f32(), rows * group.out,
+                         group.dy_stack.f32() + group.rows * group.out));
       group.rows += rows;
+      held_bytes_ +=
+          rows * (group.in + group.out) * static_cast<int64_t>(sizeof(float));
       ++held;
     }
     fewest = fewest == 0 ? held : std::min(fewest, held);

@@ -5,6 +5,7 @@
 // never reach them.
 #include "worker/nn/weight_grad_queue.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -116,6 +117,48 @@ TEST_F(WeightGradQueueTest, RowsPastTheLimitRunWhatIsHeldFirst) {
   RunMicroBatch(3, 3);
   EXPECT_EQ(queue_.held_bytes(), 3 * (kIn + kOut) * 4);
   for (Param* p : linear_->params()) EXPECT_FALSE(p->grad_fresh);
+  ASSERT_TRUE(queue_.Flush().ok());
+  ExpectGradientsAreTheSums();
+}
+
+// Holding copies each micro-batch into the layer's stacks, which later
+// steps reuse: the second step's holding allocates nothing, and a caller
+// changing its tensors after handing them over changes nothing held.
+TEST_F(WeightGradQueueTest, TheStacksAreKeptFromOneStepToTheNext) {
+  for (int step = 0; step < 2; ++step) {
+    RunMicroBatch(4, 10 * step + 1);
+    RunMicroBatch(4, 10 * step + 2);
+    RunMicroBatch(4, 10 * step + 3);
+    EXPECT_EQ(queue_.stack_bytes(), 16 * (kIn + kOut) * 4) << step;
+    // The caller's copies move on; the queue's do not.
+    for (Tensor& x : xs_) {
+      Tensor moved = Tensor::Host(x.shape());
+      std::copy(x.f32(), x.f32() + x.numel(), moved.f32());
+      for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = 1e6f;
+      x = moved;
+    }
+    ZeroGrads(linear_->params());
+    ASSERT_TRUE(queue_.Flush().ok());
+    ExpectGradientsAreTheSums();
+    xs_.clear();
+    dys_.clear();
+  }
+}
+
+// The profiler's repetition: the held rows again, as a step of `times`
+// micro-batches would bring them, up to the row limit.
+TEST_F(WeightGradQueueTest, RepeatHoldsTheRowsAgainUpToTheLimit) {
+  RunMicroBatch(WeightGradQueue::kMaxRows / 4, 1);
+  auto times = queue_.Repeat(8);
+  ASSERT_TRUE(times.ok()) << times.status();
+  EXPECT_EQ(*times, 4);
+  EXPECT_EQ(queue_.held_bytes(), WeightGradQueue::kMaxRows * (kIn + kOut) * 4);
+  const Tensor x = xs_[0];
+  const Tensor dy = dys_[0];
+  for (int i = 1; i < 4; ++i) {
+    xs_.push_back(x);
+    dys_.push_back(dy);
+  }
   ASSERT_TRUE(queue_.Flush().ok());
   ExpectGradientsAreTheSums();
 }

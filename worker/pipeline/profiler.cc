@@ -184,7 +184,8 @@ absl::Status TimeChain(const v1::TrainingSpec& spec,
     // run as the step runs them, each micro-batch's share counted with the
     // layer's backward.
     for (int j = 0; j < n && defers; ++j) {
-      const int64_t times = queues[j]->Repeat(spec.micro_batches());
+      ASSIGN_OR_RETURN(const int64_t times,
+                       queues[j]->Repeat(spec.micro_batches()));
       const auto start = Clock::now();
       RETURN_IF_ERROR(queues[j]->Flush());
       RETURN_IF_ERROR(backend->Synchronize());
