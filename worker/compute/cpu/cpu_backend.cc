@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "worker/compute/cpu/blas_kernels.h"
 #include "worker/compute/cpu/cpu_gemm.h"
 #include "worker/compute/cpu/elementwise_kernels.h"
+#include "worker/compute/cpu/host_block_cache.h"
 #include "worker/compute/cpu/optimizer_kernels.h"
 #include "worker/compute/cpu/parallel_for.h"
 #include "worker/compute/elementwise_math.h"
@@ -38,11 +40,17 @@ absl::Status BadLabel(int64_t row, float label, int64_t classes) {
       "label ", label, " of row ", row, " is outside [0, ", classes, ")"));
 }
 
-// Memory comes from aligned_alloc (64-byte aligned for vector loads). A
-// shape whose size overflows, or memory the system will not give, is
-// ResourceExhausted: a job too large for this worker fails its call, and
+// The most freed tensor memory a CPU backend keeps for reuse
+// (HostBlockCache): many times a micro-batch's tensors on the models this
+// project trains on a CPU, a small share of a worker's memory.
+constexpr size_t kMaxKeptBytes = size_t{512} << 20;
+
+// Memory comes from the backend's HostBlockCache (64-byte aligned for vector
+// loads). A shape whose size overflows, or memory the system will not give,
+// is ResourceExhausted: a job too large for this worker fails its call, and
 // the worker lives on.
-absl::StatusOr<Tensor> HostTensor(const Shape& shape, bool zero) {
+absl::StatusOr<Tensor> HostTensor(const std::shared_ptr<HostBlockCache>& cache,
+                                  const Shape& shape, bool zero) {
   const std::optional<int64_t> n = CheckedNumElements(shape);
   const std::optional<int64_t> bytes =
       n.has_value() ? CheckedMul(*n, sizeof(float)) : std::nullopt;
@@ -50,19 +58,18 @@ absl::StatusOr<Tensor> HostTensor(const Shape& shape, bool zero) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate a tensor of shape ", ShapeToString(shape)));
   }
-  const size_t rounded =
-      std::max<size_t>((static_cast<size_t>(*bytes) + 63) / 64 * 64, 64);
-  void* data = std::aligned_alloc(64, rounded);
+  const size_t size = static_cast<size_t>(*bytes);
+  void* data = cache->Take(size);
   if (data == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("out of host memory allocating ", *bytes,
                      " bytes for a tensor of shape ", ShapeToString(shape)));
   }
-  if (zero) std::memset(data, 0, rounded);
-  return Tensor(
-      std::make_shared<Storage>(data, static_cast<size_t>(*bytes), Device::kCpu,
-                                [](void* p, size_t) { std::free(p); }),
-      shape);
+  if (zero) std::memset(data, 0, HostBlockCache::RoundedSize(size));
+  return Tensor(std::make_shared<Storage>(
+                    data, size, Device::kCpu,
+                    [cache](void* p, size_t b) { cache->Give(p, b); }),
+                shape);
 }
 
 class CpuBackend final : public Backend {
@@ -79,10 +86,10 @@ class CpuBackend final : public Backend {
   }
 
   absl::StatusOr<Tensor> Allocate(const Shape& shape) override {
-    return HostTensor(shape, /*zero=*/true);
+    return HostTensor(cache_, shape, /*zero=*/true);
   }
   absl::StatusOr<Tensor> AllocateUninitialized(const Shape& shape) override {
-    return HostTensor(shape, /*zero=*/false);
+    return HostTensor(cache_, shape, /*zero=*/false);
   }
   absl::Status CopyFromHost(const float* host, int64_t n, float* dst) override {
     return Copy(host, n, dst);
@@ -497,6 +504,9 @@ class CpuBackend final : public Backend {
   const int threads_;
   ParallelFor pool_;
   CpuGemm gemm_;  // runs on pool_
+  // Shared with the tensors' deleters: a tensor may outlive the backend.
+  const std::shared_ptr<HostBlockCache> cache_ =
+      std::make_shared<HostBlockCache>(kMaxKeptBytes);
 };
 
 }  // namespace
