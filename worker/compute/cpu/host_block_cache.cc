@@ -50,6 +50,16 @@ void* HostBlockCache::Take(size_t bytes) {
       return data;
     }
   }
+  void* fresh = std::aligned_alloc(kAlignment, size);
+  if (fresh != nullptr) return fresh;
+  // Out of memory: what is kept goes back to the system, then once more.
+  {
+    absl::MutexLock lock(&mu_);
+    for (const Block& b : age_) std::free(b.data);
+    age_.clear();
+    by_size_.clear();
+    kept_bytes_ = 0;
+  }
   return std::aligned_alloc(kAlignment, size);
 }
 

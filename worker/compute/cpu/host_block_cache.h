@@ -45,7 +45,8 @@ class HostBlockCache {
   // least kAlignment.
   static size_t RoundedSize(size_t bytes);
   // A block of RoundedSize(bytes) bytes: a kept one of that size, else a
-  // new one; null when the system has no memory to give.
+  // new one; null when the system has no memory to give even after every
+  // kept block went back to it.
   void* Take(size_t bytes);
   // Takes back a block from Take(bytes): kept for reuse, or freed.
   void Give(void* block, size_t bytes);

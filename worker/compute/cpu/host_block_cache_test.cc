@@ -57,6 +57,17 @@ TEST(HostBlockCacheTest, KeepsAtMostItsLimitAndFreesTheOldestFirst) {
   EXPECT_EQ(cache.kept_bytes(), 3 * kBlock);
 }
 
+// A request the system cannot meet gives back what is kept before it
+// fails: kept memory never stands between a job and memory it could have.
+TEST(HostBlockCacheTest, ARequestPastTheSystemsMemoryFreesWhatIsKept) {
+  if (!HostBlockCache::Keeps()) GTEST_SKIP() << "AddressSanitizer build";
+  HostBlockCache cache(1 << 20);
+  cache.Give(cache.Take(4096), 4096);
+  ASSERT_EQ(cache.kept_bytes(), 4096u);
+  EXPECT_EQ(cache.Take(size_t{1} << 60), nullptr);
+  EXPECT_EQ(cache.kept_bytes(), 0u);
+}
+
 TEST(HostBlockCacheTest, ThreadsTakeAndGiveAtOnce) {
   HostBlockCache cache(1 << 16);
   std::vector<std::thread> threads;
