@@ -50,6 +50,10 @@ int64_t WeightGradQueue::stack_bytes() const {
   return bytes;
 }
 
+int64_t WeightGradQueue::HeldBytes(const Group& group, int64_t rows) {
+  return rows * (group.in + group.out) * static_cast<int64_t>(sizeof(float));
+}
+
 absl::Status WeightGradQueue::Reserve(Group* group, int64_t rows) {
   const int64_t capacity = group->x_stack.empty() ? 0 : group->x_stack.dim(0);
   if (rows <= capacity) return absl::OkStatus();
@@ -82,8 +86,7 @@ absl::Status WeightGradQueue::Append(Group* group, const Tensor& x,
       backend_->Copy(dy.f32(), rows * group->out,
                      group->dy_stack.f32() + group->rows * group->out));
   group->rows += rows;
-  held_bytes_ +=
-      rows * (group->in + group->out) * static_cast<int64_t>(sizeof(float));
+  held_bytes_ += HeldBytes(*group, rows);
   return absl::OkStatus();
 }
 
@@ -91,8 +94,7 @@ absl::Status WeightGradQueue::Run(Group* group) {
   const int64_t rows = group->rows;
   if (rows == 0) return absl::OkStatus();
   group->rows = 0;
-  held_bytes_ -=
-      rows * (group->in + group->out) * static_cast<int64_t>(sizeof(float));
+  held_bytes_ -= HeldBytes(*group, rows);
   // One product over the held rows, in the order they came.
   ASSIGN_OR_RETURN(const Tensor x, group->x_stack.SliceRows(0, rows));
   ASSIGN_OR_RETURN(const Tensor dy, group->dy_stack.SliceRows(0, rows));
@@ -115,18 +117,12 @@ absl::StatusOr<int64_t> WeightGradQueue::Repeat(int64_t times) {
     const int64_t rows = group.rows;
     if (rows == 0) continue;
     int64_t held = 1;
+    // The first `rows` rows again, after those held (the views keep their
+    // storage should the stacks grow).
+    ASSIGN_OR_RETURN(const Tensor x, group.x_stack.SliceRows(0, rows));
+    ASSIGN_OR_RETURN(const Tensor dy, group.dy_stack.SliceRows(0, rows));
     while (held < times && group.rows + rows <= kMaxRows) {
-      // The first `rows` rows again, after those held.
-      RETURN_IF_ERROR(Reserve(&group, group.rows + rows));
-      RETURN_IF_ERROR(
-          backend_->Copy(group.x_stack.f32(), rows * group.in,
-                         group.x_stack.f32() + group.rows * group.in));
-      RETURN_IF_ERROR(
-          backend_->Copy(group.dy_stack.f32(), rows * group.out,
-                         group.dy_stack.f32() + group.rows * group.out));
-      group.rows += rows;
-      held_bytes_ +=
-          rows * (group.in + group.out) * static_cast<int64_t>(sizeof(float));
+      RETURN_IF_ERROR(Append(&group, x, dy, rows));
       ++held;
     }
     fewest = fewest == 0 ? held : std::min(fewest, held);

@@ -89,6 +89,8 @@ class WeightGradQueue {
     Tensor dy_stack;
     Accumulate accumulate;
   };
+  // Bytes of `rows` rows of a group's x and dy.
+  static int64_t HeldBytes(const Group& group, int64_t rows);
   // Room in the stacks for `rows` held rows, keeping those held.
   absl::Status Reserve(Group* group, int64_t rows);
   // Appends x and dy's rows (`rows` of them) to the stacks.

@@ -23,9 +23,14 @@ constexpr bool kKeeps = true;
 HostBlockCache::HostBlockCache(size_t max_bytes)
     : max_bytes_(kKeeps ? max_bytes : 0) {}
 
-HostBlockCache::~HostBlockCache() {
+HostBlockCache::~HostBlockCache() { Trim(); }
+
+void HostBlockCache::Trim() {
   absl::MutexLock lock(&mu_);
   for (const Block& b : age_) std::free(b.data);
+  age_.clear();
+  by_size_.clear();
+  kept_bytes_ = 0;
 }
 
 bool HostBlockCache::Keeps() { return kKeeps; }
@@ -53,13 +58,7 @@ void* HostBlockCache::Take(size_t bytes) {
   void* fresh = std::aligned_alloc(kAlignment, size);
   if (fresh != nullptr) return fresh;
   // Out of memory: what is kept goes back to the system, then once more.
-  {
-    absl::MutexLock lock(&mu_);
-    for (const Block& b : age_) std::free(b.data);
-    age_.clear();
-    by_size_.clear();
-    kept_bytes_ = 0;
-  }
+  Trim();
   return std::aligned_alloc(kAlignment, size);
 }
 

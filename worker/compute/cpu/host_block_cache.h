@@ -51,6 +51,9 @@ class HostBlockCache {
   // Takes back a block from Take(bytes): kept for reuse, or freed.
   void Give(void* block, size_t bytes);
 
+  // Gives every kept block back to the system.
+  void Trim();
+
   // Bytes of free blocks kept, and how many requests reused one.
   size_t kept_bytes() const;
   int64_t reused() const;
