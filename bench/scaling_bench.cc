@@ -40,7 +40,11 @@
 // idle fraction for this schedule with the stage's measured
 // per-micro-batch costs (the wait the schedule itself imposes), and
 // waiting for input beyond it (transfer and neighbours running late);
-// the schedule's theoretical bubble is printed beside them.
+// the schedule's theoretical bubble is printed beside them. Per case, the
+// schedule ceiling: one minus the stages' mean simulated idle fraction,
+// the share of both workers' time the schedule and the cut leave for the
+// measured work were nothing else lost (an uneven cut lowers it below one
+// minus the bubble); `<schedule>_m<M>_schedule_ceiling` in the JSON.
 //
 // prediction_error = |predicted - measured| / measured step time, the
 // prediction being the plan's predicted_step_seconds.
@@ -800,6 +804,7 @@ int Main() {
           measured * 1e3, c.predicted_step * 1e3, error, c.plan_line.c_str(),
           Median(c.cpu_per_sample) * 1e3, Median(c.cores));
       const double theory = TheoreticalBubble(c.params, SimCosts());
+      std::vector<double> stage_sim_idle;  // per stage, median over reps
       for (int k = 0; k < kWorkers; ++k) {
         std::vector<double> wall, f, b, wp, l, o, pk, sd, bl, u, sim;
         for (const auto& rep : c.stages) {
@@ -819,6 +824,7 @@ int Main() {
         for (const auto& idle : c.simulated_idle) {
           if (static_cast<size_t>(k) < idle.size()) sim.push_back(idle[k]);
         }
+        if (!sim.empty()) stage_sim_idle.push_back(Median(sim));
         if (wall.empty()) {
           std::printf("  stage %d: breakdown not captured (run too short)\n",
                       k);
@@ -848,6 +854,25 @@ int Main() {
             cell(Median(o)).c_str(), cell(Median(pk)).c_str(),
             cell(Median(sd)).c_str(), cell(blocked).c_str(), split.c_str(),
             cell(Median(u)).c_str(), 100 * theory);
+      }
+      if (stage_sim_idle.size() == static_cast<size_t>(kWorkers)) {
+        // The share of both workers' time this schedule leaves for their
+        // measured work with this cut, were nothing else lost.
+        double idle = 0;
+        for (double f : stage_sim_idle) idle += f;
+        const double ceiling = 1 - idle / kWorkers;
+        std::string per_stage;
+        for (size_t k = 0; k < stage_sim_idle.size(); ++k) {
+          absl::StrAppend(&per_stage, k ? ", " : "", "stage ", k, " ",
+                          absl::StrFormat("%.1f%%", 100 * stage_sim_idle[k]));
+        }
+        std::printf(
+            "  schedule ceiling %.3f: simulated with these measured costs, "
+            "the schedule and this cut keep the workers at most that busy "
+            "(idle by schedule: %s)\n",
+            ceiling, per_stage.c_str());
+        json +=
+            absl::StrFormat(",\"%s_schedule_ceiling\":%.3f", Key(c), ceiling);
       }
       json +=
           absl::StrFormat(",\"%s_vs_capacity\":%.3f", Key(c), Median(c.ratio));
