@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/bench_models.h"
+#include "common/median.h"
 #include "common/status_macros.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/compute/cpu/packed_gemm.h"
@@ -307,9 +308,7 @@ std::string PackSpeed() {
           },
           3));
     }
-    std::sort(fast.begin(), fast.end());
-    std::sort(portable.begin(), portable.end());
-    const double f = fast[fast.size() / 2], p = portable[portable.size() / 2];
+    const double f = Median(fast), p = Median(portable);
     const char* name = trans ? "transposed" : "forward";
     std::printf("  %-10s Pack %.2f ms, portable %.2f ms (%.2fx)\n", name,
                 f * 1e3, p * 1e3, p / f);

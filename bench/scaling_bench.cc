@@ -89,6 +89,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/bench_models.h"
+#include "common/median.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "scheduler/plan_builder.h"
@@ -523,12 +524,6 @@ RunResult RunCase(std::vector<testing::Worker>& workers, const std::string& job,
 
 // ---- Statistics ----
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 double Min(const std::vector<double>& v) {
   return v.empty() ? 0 : *std::min_element(v.begin(), v.end());
 }

@@ -164,7 +164,7 @@ __attribute__((target("avx2"))) void PackAvx2(bool trans_b, int64_t k,
 void Pack(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb,
           int64_t panel_begin, int64_t panel_end, float* out) {
 #if defined(PIPETRAIN_PACKED_GEMM_X86)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
+  static const bool avx2 = IsaSupported(Isa::kAvx2);
   if (avx2) {
     PackAvx2(trans_b, k, n, b, ldb, panel_begin, panel_end, out);
     return;
