@@ -204,9 +204,13 @@ std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
                    {"HEARTBEAT", true}});
   for (const v1::WorkerInfo& w : workers.workers()) {
     const auto zone = w.labels().find("zone");
+    std::string device = w.device().empty() ? w.device_kind() : w.device();
+    if (w.cpu_limit_cores() > 0) {
+      absl::StrAppend(&device,
+                      absl::StrFormat(" (%.3g cores)", w.cpu_limit_cores()));
+    }
     table.AddRow(
-        {w.id(), w.address(), WorkerStateName(w.state()),
-         w.device().empty() ? w.device_kind() : w.device(),
+        {w.id(), w.address(), WorkerStateName(w.state()), device,
          zone == w.labels().end() ? "-" : zone->second,
          absl::StrFormat("%.1f", w.gemm_gflops()),
          BytesOrDash(w.memory_bytes()),

@@ -103,7 +103,7 @@ TEST(FormatJobsTable, OneRowPerJobWithDashesBeforeTheFirstStep) {
   EXPECT_EQ(FormatJobsTable(v1::ListJobsResponse(), kNow), "no jobs\n");
 }
 
-TEST(FormatWorkersTable, ShowsDeviceZoneAssignmentAndHeartbeatAge) {
+TEST(FormatWorkersTable, ShowsDeviceCpuLimitZoneAssignmentAndHeartbeatAge) {
   v1::ListWorkersResponse workers;
   v1::WorkerInfo* cpu = workers.add_workers();
   cpu->set_id("w-1");
@@ -112,6 +112,7 @@ TEST(FormatWorkersTable, ShowsDeviceZoneAssignmentAndHeartbeatAge) {
   cpu->set_device_kind("cpu");
   (*cpu->mutable_labels())["zone"] = "edge";
   cpu->set_gemm_gflops(85.3);
+  cpu->set_cpu_limit_cores(1.5);
   cpu->set_memory_bytes(16 * kGiB);
   cpu->set_last_heartbeat_unix_ms(kNow - 1'200);
   v1::WorkerInfo* gpu = workers.add_workers();
@@ -125,12 +126,12 @@ TEST(FormatWorkersTable, ShowsDeviceZoneAssignmentAndHeartbeatAge) {
   gpu->set_job_id("job-3");
   gpu->set_stage(1);
   EXPECT_EQ(FormatWorkersTable(workers, kNow),
-            "ID   ADDRESS        STATE     DEVICE       ZONE  GFLOP/S  MEMORY  "
-            "JOB/STAGE  HEARTBEAT\n"
-            "w-1  10.0.0.5:7100  IDLE      cpu          edge     85.3  16 GiB  "
-            "-           1.2s ago\n"
-            "w-2  10.0.0.6:7100  ASSIGNED  NVIDIA H100  -     51234.5  80 GiB  "
-            "job-3/1            -\n");
+            "ID   ADDRESS        STATE     DEVICE           ZONE  GFLOP/S  "
+            "MEMORY  JOB/STAGE  HEARTBEAT\n"
+            "w-1  10.0.0.5:7100  IDLE      cpu (1.5 cores)  edge     85.3  "
+            "16 GiB  -           1.2s ago\n"
+            "w-2  10.0.0.6:7100  ASSIGNED  NVIDIA H100      -     51234.5  "
+            "80 GiB  job-3/1            -\n");
   EXPECT_EQ(FormatWorkersTable(v1::ListWorkersResponse(), kNow),
             "no workers registered\n");
 }

@@ -108,30 +108,39 @@ int AffinityCpus() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// The share of the CPU backend's full speed a sustained computation gets
-// under this process's cgroup CPU limit (1 on CUDA, or with no limit).
-double ComputeShare(const Backend& backend) {
-  if (backend.device() != Device::kCpu) return 1.0;
+// The CPU this worker may keep busy under its cgroup's limit.
+struct CpuAllowance {
+  // The cgroup's limit in cores; nullopt without one (or on CUDA).
+  std::optional<double> limit;
+  // The share of the CPU backend's full speed a sustained computation gets
+  // under `limit` (1 on CUDA, or with no limit).
+  double share = 1.0;
+};
+
+CpuAllowance ComputeAllowance(const Backend& backend) {
+  if (backend.device() != Device::kCpu) return {};
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0) {
     threads =
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
-  const std::optional<double> limit = CgroupCpuLimit();
-  const double share = CpuShareOf(limit, threads);
-  if (share < 1) {
-    PT_LOG(INFO) << "cgroup CPU limit " << *limit << " cores for " << threads
+  CpuAllowance allowance;
+  allowance.limit = CgroupCpuLimit();
+  allowance.share = CpuShareOf(allowance.limit, threads);
+  if (allowance.share < 1) {
+    PT_LOG(INFO) << "cgroup CPU limit " << *allowance.limit << " cores for "
+                 << threads
                  << " compute thread(s): measured speeds are reported at "
-                 << share << " of what short runs show";
+                 << allowance.share << " of what short runs show";
   }
-  return share;
+  return allowance;
 }
 
 // What registration tells the scheduler about this worker.
 // (The addresses are filled in once the ports are bound.)
-// `compute_share`: ComputeShare; a measured GEMM speed is scaled by it.
+// A measured GEMM speed is scaled by `allowance.share`.
 absl::StatusOr<v1::WorkerInfo> DescribeWorker(Backend* backend,
-                                              double compute_share) {
+                                              const CpuAllowance& allowance) {
   v1::WorkerInfo info;
   info.set_id(absl::GetFlag(FLAGS_worker_id));
   info.set_device_kind(DeviceName(backend->device()));
@@ -148,9 +157,10 @@ absl::StatusOr<v1::WorkerInfo> DescribeWorker(Backend* backend,
   }
   if (gflops == 0) {
     ASSIGN_OR_RETURN(gflops, MeasureGemmGflops(backend));
-    gflops *= compute_share;
+    gflops *= allowance.share;
   }
   info.set_gemm_gflops(gflops);
+  if (allowance.limit.has_value()) info.set_cpu_limit_cores(*allowance.limit);
   for (const std::string& label : absl::GetFlag(FLAGS_labels)) {
     std::pair<std::string, std::string> kv = absl::StrSplit(label, '=');
     if (kv.first.empty()) {
@@ -214,14 +224,14 @@ absl::Status Run() {
                    CreateBackend(backend_options));
   const std::string device = backend->Describe();
 
-  const double compute_share = ComputeShare(*backend);
+  const CpuAllowance allowance = ComputeAllowance(*backend);
   ASSIGN_OR_RETURN(v1::WorkerInfo info,
-                   DescribeWorker(backend.get(), compute_share));
+                   DescribeWorker(backend.get(), allowance));
   const size_t chunk_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes));
   StageHost stage_host(std::move(backend), metrics.get(),
                        DownstreamStreamOpener(metrics.get(), chunk_bytes),
-                       compute_share);
+                       allowance.share);
   const Backend* memory_source = &stage_host.backend();
   // Identities are certificate names: the checks need TLS.
   StageServiceImpl service(
