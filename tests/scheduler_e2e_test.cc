@@ -124,8 +124,16 @@ TEST_F(SchedulerTest, PauseHoldsTheStepAndResumeFinishes) {
       Send(scheduler_.http_port, "POST", "/v1/jobs/" + job.id() + ":pause");
   ASSERT_TRUE(paused.ok());
   ASSERT_EQ(paused->status, 200) << paused->body;
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
-  const int64_t held = GetJob(job.id()).step();
+  // The stages finish the step in flight and report it in a heartbeat;
+  // on a loaded machine that can take a while, so wait (up to 30 s) for
+  // the step to stop moving before checking that it stays put.
+  int64_t held = GetJob(job.id()).step();
+  for (int i = 0; i < 38; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    const int64_t now = GetJob(job.id()).step();
+    if (now == held) break;
+    held = now;
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
   const v1::Job still = GetJob(job.id());
   EXPECT_EQ(still.state(), v1::JOB_STATE_PAUSED);

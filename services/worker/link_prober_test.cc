@@ -103,10 +103,14 @@ TEST(LinkProberModelTest, TheFirstPayloadOpensTheWindowAndIsNotCounted) {
   ASSERT_TRUE(link.ok()) << link.status();
   EXPECT_NEAR(link->rtt_seconds(), ModelledLinkService::kRtt, 0.02);
   // Counting the first payload (a fifth of the rate) would pull the
-  // median of two calls down to about 60%.
-  EXPECT_NEAR(link->bandwidth_bytes_per_s(),
-              ModelledLinkService::kBytesPerSecond,
-              0.15 * ModelledLinkService::kBytesPerSecond);
+  // median of two calls down to about 60%. The bounds leave room for what
+  // a loaded host adds: the real transfer and a late wake-up lower the
+  // reading (about 3.7 MB/s of 4 under ASan, above), a round trip
+  // measured slow raises it.
+  EXPECT_GT(link->bandwidth_bytes_per_s(),
+            0.8 * ModelledLinkService::kBytesPerSecond);
+  EXPECT_LT(link->bandwidth_bytes_per_s(),
+            1.25 * ModelledLinkService::kBytesPerSecond);
 }
 
 // A worker's own stack: a quarter of a loopback round trip, positive and
