@@ -128,7 +128,9 @@ TEST_F(SchedulerTest, PauseHoldsTheStepAndResumeFinishes) {
   // on a loaded machine that can take a while, so wait (up to 30 s) for
   // the step to stop moving before checking that it stays put.
   int64_t held = GetJob(job.id()).step();
-  for (int i = 0; i < 38; ++i) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(800));
     const int64_t now = GetJob(job.id()).step();
     if (now == held) break;

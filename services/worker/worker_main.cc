@@ -110,7 +110,7 @@ int AffinityCpus() {
 
 // The CPU this worker may keep busy under its cgroup's limit.
 struct CpuAllowance {
-  // The cgroup's limit in cores; nullopt without one (or on CUDA).
+  // The cgroup's limit in cores, whatever the device; nullopt without one.
   std::optional<double> limit;
   // The share of the CPU backend's full speed a sustained computation gets
   // under `limit` (1 on CUDA, or with no limit).
@@ -118,14 +118,14 @@ struct CpuAllowance {
 };
 
 CpuAllowance ComputeAllowance(const Backend& backend) {
-  if (backend.device() != Device::kCpu) return {};
+  CpuAllowance allowance;
+  allowance.limit = CgroupCpuLimit();
+  if (backend.device() != Device::kCpu) return allowance;
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0) {
     threads =
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
-  CpuAllowance allowance;
-  allowance.limit = CgroupCpuLimit();
   allowance.share = CpuShareOf(allowance.limit, threads);
   if (allowance.share < 1) {
     PT_LOG(INFO) << "cgroup CPU limit " << *allowance.limit << " cores for "
