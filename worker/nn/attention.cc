@@ -202,16 +202,16 @@ void TransformerBlock::DeferWeightGrads(WeightGradQueue* queue) {
   }
 }
 
-absl::Status TransformerBlock::PrepareWeights() {
+absl::Status TransformerBlock::PrepareWeights(PackedCopies copies) {
   for (auto* branch : {&attn_branch_, &mlp_branch_}) {
-    for (auto& layer : *branch) RETURN_IF_ERROR(layer->PrepareWeights());
+    for (auto& layer : *branch) RETURN_IF_ERROR(layer->PrepareWeights(copies));
   }
   return absl::OkStatus();
 }
 
-absl::Status CausalSelfAttention::PrepareWeights() {
-  RETURN_IF_ERROR(qkv_->PrepareWeights());
-  return out_->PrepareWeights();
+absl::Status CausalSelfAttention::PrepareWeights(PackedCopies copies) {
+  RETURN_IF_ERROR(qkv_->PrepareWeights(copies));
+  return out_->PrepareWeights(copies);
 }
 
 namespace {

@@ -67,6 +67,12 @@ struct ForwardOptions {
   uint64_t dropout_seed = 0;
 };
 
+// Which packed weight copies Layer::PrepareWeights remakes.
+enum class PackedCopies {
+  kAll,      // every copy a pass has used
+  kForward,  // only those the forward pass reads
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -116,8 +122,13 @@ class Layer {
   // caller with idle time ahead, such as a pipeline stage after its
   // optimizer step, before its next micro-batch arrives. A copy no pass
   // has asked for yet (e.g. W^T of a first layer, whose dx nobody needs)
-  // is not made.
-  virtual absl::Status PrepareWeights() { return absl::OkStatus(); }
+  // is not made. kForward remakes only the copies the forward pass reads
+  // (W, not W^T): for a caller that has just updated the weights and
+  // whose next pass is a forward.
+  virtual absl::Status PrepareWeights(PackedCopies copies) {
+    (void)copies;
+    return absl::OkStatus();
+  }
 
   // With a queue, the layer's weight-gradient products go to `queue`
   // (borrowed; outlives its use here), which runs several micro-batches'

@@ -33,7 +33,7 @@ class Linear final : public Layer {
   std::vector<Param*> params() override;
   // Keeps W (for forward) and W^T (for dx) packed.
   void ReuseWeights(bool reuse) override { reuse_ = reuse; }
-  absl::Status PrepareWeights() override;
+  absl::Status PrepareWeights(PackedCopies copies) override;
   void DeferWeightGrads(WeightGradQueue* queue) override { queue_ = queue; }
 
  private:
@@ -221,7 +221,7 @@ class CausalSelfAttention final : public Layer {
     qkv_->ReuseWeights(reuse);
     out_->ReuseWeights(reuse);
   }
-  absl::Status PrepareWeights() override;
+  absl::Status PrepareWeights(PackedCopies copies) override;
   void DeferWeightGrads(WeightGradQueue* queue) override {
     qkv_->DeferWeightGrads(queue);
     out_->DeferWeightGrads(queue);
@@ -263,7 +263,7 @@ class TransformerBlock final : public Layer {
                               LayerContext* ctx) override;
   std::vector<Param*> params() override;
   void ReuseWeights(bool reuse) override;
-  absl::Status PrepareWeights() override;
+  absl::Status PrepareWeights(PackedCopies copies) override;
   void DeferWeightGrads(WeightGradQueue* queue) override;
 
  private:

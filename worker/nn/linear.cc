@@ -55,8 +55,9 @@ absl::StatusOr<const PackedOperand*> Linear::Packed(bool transposed) {
   return &p.operand;
 }
 
-absl::Status Linear::PrepareWeights() {
+absl::Status Linear::PrepareWeights(PackedCopies copies) {
   for (const bool transposed : {false, true}) {
+    if (transposed && copies == PackedCopies::kForward) break;
     const PackedWeight& p = transposed ? packed_transposed_ : packed_;
     if (!p.operand.data.empty()) RETURN_IF_ERROR(Packed(transposed).status());
   }
@@ -118,7 +119,9 @@ absl::Status Linear::AccumulateWeightGrads(const Tensor& x, const Tensor& dy) {
 
 absl::Status Linear::WeightGrads(const Tensor& x, const Tensor& dy) {
   if (queue_ == nullptr) return AccumulateWeightGrads(x, dy);
-  return queue_->Add(this, in_, out_, x, dy,
+  // Named by its weight: a caller flushes a layer's products by its
+  // params() (WeightGradQueue::FlushFor).
+  return queue_->Add(&weight_, in_, out_, x, dy,
                      [this](const Tensor& xs, const Tensor& dys) {
                        return AccumulateWeightGrads(xs, dys);
                      });

@@ -135,7 +135,9 @@ absl::StatusOr<Tensor> Model::RunBackwardPass(
 }
 
 absl::Status Model::PrepareWeights() {
-  for (auto& layer : layers_) RETURN_IF_ERROR(layer->PrepareWeights());
+  for (auto& layer : layers_) {
+    RETURN_IF_ERROR(layer->PrepareWeights(PackedCopies::kAll));
+  }
   return absl::OkStatus();
 }
 
@@ -152,6 +154,11 @@ void Model::DeferWeightGrads(bool defer) {
 absl::Status Model::FlushWeightGrads() {
   if (weight_grads_ == nullptr) return absl::OkStatus();
   return weight_grads_->Flush();
+}
+
+absl::Status Model::FlushWeightGradsFor(const std::vector<Param*>& params) {
+  if (weight_grads_ == nullptr) return absl::OkStatus();
+  return weight_grads_->FlushFor(params);
 }
 
 void Model::DiscardWeightGrads() {

@@ -82,6 +82,9 @@ class Model {
   void DeferWeightGrads(bool defer);
   // Runs the held products; a no-op when nothing is held or not deferring.
   absl::Status FlushWeightGrads();
+  // Runs the held products of the layers that own `params` (some layer's
+  // params()), leaving the others held.
+  absl::Status FlushWeightGradsFor(const std::vector<Param*>& params);
   // Drops the held products (an abandoned step's).
   void DiscardWeightGrads();
   // Bytes of activations and gradients the held products keep alive.

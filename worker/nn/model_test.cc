@@ -11,6 +11,7 @@
 #include "spec/test_model_specs.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/compute/elementwise_math.h"
+#include "worker/nn/layers.h"
 #include "worker/nn/optimizer.h"
 
 namespace pipetrain {
@@ -257,6 +258,72 @@ TEST(Model, PreparedWeightsAreTheWeightsAtPreparation) {
   for (size_t j = 0; j < want.size(); ++j) {
     EXPECT_NEAR(got[j], want[j], 1e-4 * std::max(1.0f, std::fabs(want[j])))
         << j;
+  }
+}
+
+// PrepareWeights(kForward) remakes the forward copy only: after an update
+// and a forward-only preparation, the weights are overwritten behind the
+// layer's back (no version bump); the forward still multiplies by the
+// updated weights, while dx, whose W^T copy was left stale, lays W^T out
+// from what the weights hold now (NaN). kAll remakes both.
+TEST(Model, PreparingTheForwardCopiesLeavesTheTransposedOnesStale) {
+  auto backend = CreateCpuBackend(1);
+  for (const PackedCopies copies :
+       {PackedCopies::kForward, PackedCopies::kAll}) {
+    auto reused = Linear::Create(backend.get(), 64, 48, true, 3);
+    auto plain = Linear::Create(backend.get(), 64, 48, true, 3);
+    ASSERT_TRUE(reused.ok() && plain.ok());
+    (*reused)->ReuseWeights(true);
+    Tensor x = Tensor::Host({4, 64});
+    Tensor dy = Tensor::Host({4, 48});
+    for (int64_t j = 0; j < x.numel(); ++j) x.f32()[j] = math::UniformAt(1, j);
+    for (int64_t j = 0; j < dy.numel(); ++j)
+      dy.f32()[j] = math::UniformAt(2, j);
+    const ForwardOptions options;
+    LayerContext ctx;
+    // Both copies made at first use.
+    ASSERT_TRUE((*reused)->Forward(x, options, &ctx).ok());
+    ASSERT_TRUE((*reused)->Backward(dy, options, &ctx, true).ok());
+
+    v1::OptimizerSpec opt_spec;
+    opt_spec.mutable_sgd()->set_lr(0.5f);
+    for (Linear* layer : {reused->get(), plain->get()}) {
+      auto opt = Optimizer::Create(opt_spec, backend.get());
+      ASSERT_TRUE(opt.ok());
+      for (Param* p : layer->params()) {
+        for (int64_t j = 0; j < p->grad.numel(); ++j) {
+          p->grad.f32()[j] = math::UniformAt(7, j);
+        }
+        p->grad_fresh = false;
+      }
+      ASSERT_TRUE((*opt)->Step(layer->params()).ok());
+    }
+    ASSERT_TRUE((*reused)->PrepareWeights(copies).ok());
+    Param* w = (*reused)->params()[0];
+    for (int64_t j = 0; j < w->value.numel(); ++j) w->value.f32()[j] = NAN;
+
+    LayerContext want_ctx, got_ctx;
+    auto want_y = (*plain)->Forward(x, options, &want_ctx);
+    auto got_y = (*reused)->Forward(x, options, &got_ctx);
+    ASSERT_TRUE(want_y.ok() && got_y.ok());
+    const std::vector<float> want = want_y->ToVector();
+    const std::vector<float> got = got_y->ToVector();
+    for (size_t j = 0; j < want.size(); ++j) {
+      EXPECT_NEAR(got[j], want[j], 1e-4 * std::max(1.0f, std::fabs(want[j])));
+    }
+    auto want_dx = (*plain)->Backward(dy, options, &want_ctx, true);
+    auto got_dx = (*reused)->Backward(dy, options, &got_ctx, true);
+    ASSERT_TRUE(want_dx.ok() && got_dx.ok());
+    const std::vector<float> dx = got_dx->ToVector();
+    const std::vector<float> want_grad = want_dx->ToVector();
+    if (copies == PackedCopies::kForward) {
+      EXPECT_TRUE(std::isnan(dx[0])) << "W^T was remade";
+    } else {
+      for (size_t j = 0; j < dx.size(); ++j) {
+        EXPECT_NEAR(dx[j], want_grad[j],
+                    1e-4 * std::max(1.0f, std::fabs(want_grad[j])));
+      }
+    }
   }
 }
 

@@ -81,7 +81,12 @@ absl::StatusOr<Optimizer::State*> Optimizer::StateFor(Param* param,
 
 absl::Status Optimizer::Step(const std::vector<Param*>& params,
                              float grad_scale) {
-  ++steps_;
+  StartStep();
+  return Update(params, grad_scale);
+}
+
+absl::Status Optimizer::Update(const std::vector<Param*>& params,
+                               float grad_scale) {
   for (Param* p : params) {
     if (p->grad_fresh) continue;
     const int64_t n = p->value.numel();

@@ -29,6 +29,13 @@ class Optimizer {
   // backward reached them) are left alone. Marks every gradient fresh.
   absl::Status Step(const std::vector<Param*>& params, float grad_scale = 1.0f);
 
+  // One Step in parts, for a caller that updates its parameters a group at
+  // a time (each group while its gradients are in cache): StartStep once,
+  // then Update for each group; every parameter in exactly one group.
+  // Gives the bits Step gives.
+  void StartStep() { ++steps_; }
+  absl::Status Update(const std::vector<Param*>& params, float grad_scale);
+
   // Optimizer steps taken so far.
   int64_t steps() const { return steps_; }
   float clip_grad_norm() const { return spec_.clip_grad_norm(); }

@@ -63,6 +63,36 @@ TEST_F(OptimizerTest, AdamWFirstStepMovesByLearningRate) {
   EXPECT_NEAR(p.value.f32()[0], 2.0f + 0.01f - 0.002f, 1e-5);
 }
 
+// A step in parts (StartStep, then Update per group of parameters) is the
+// step taken whole: the same bits over several AdamW steps, whose bias
+// correction depends on the step count, for a parameter in each group.
+TEST_F(OptimizerTest, AStepInPartsIsTheWholeStep) {
+  v1::OptimizerSpec spec;
+  spec.mutable_adamw()->set_lr(0.01f);
+  spec.mutable_adamw()->set_weight_decay(0.1f);
+  auto whole = Optimizer::Create(spec, backend_.get());
+  auto parts = Optimizer::Create(spec, backend_.get());
+  ASSERT_TRUE(whole.ok() && parts.ok());
+  Param a = MakeScalarParam(2.0f, -3.0f), b = MakeScalarParam(-1.0f, 0.25f);
+  Param c = MakeScalarParam(2.0f, -3.0f), d = MakeScalarParam(-1.0f, 0.25f);
+  const float grads[3][2] = {{-3.0f, 0.25f}, {1.5f, -0.5f}, {0.75f, 2.0f}};
+  for (const auto& g : grads) {
+    a.grad.f32()[0] = c.grad.f32()[0] = g[0];
+    b.grad.f32()[0] = d.grad.f32()[0] = g[1];
+    for (Param* p : {&a, &b, &c, &d}) p->grad_fresh = false;
+    ASSERT_TRUE((*whole)->Step({&a, &b}).ok());
+    (*parts)->StartStep();
+    ASSERT_TRUE((*parts)->Update({&d}, 1.0f).ok());
+    ASSERT_TRUE((*parts)->Update({&c}, 1.0f).ok());
+    EXPECT_EQ(c.value.f32()[0], a.value.f32()[0]);
+    EXPECT_EQ(d.value.f32()[0], b.value.f32()[0]);
+    EXPECT_TRUE(c.grad_fresh && d.grad_fresh);
+  }
+  EXPECT_EQ((*parts)->steps(), 3);
+  // The parameters moved: the comparison above compared updates.
+  EXPECT_NE(c.value.f32()[0], 2.0f);
+}
+
 TEST_F(OptimizerTest, BadSpecsNameTheField) {
   v1::OptimizerSpec spec;
   EXPECT_EQ(Optimizer::Create(spec, backend_.get()).status().code(),

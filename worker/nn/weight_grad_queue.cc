@@ -106,6 +106,15 @@ absl::Status WeightGradQueue::Flush() {
   return absl::OkStatus();
 }
 
+absl::Status WeightGradQueue::FlushFor(const std::vector<Param*>& owners) {
+  for (Group& group : groups_) {
+    const bool named =
+        std::find(owners.begin(), owners.end(), group.owner) != owners.end();
+    if (named) RETURN_IF_ERROR(Run(&group));
+  }
+  return absl::OkStatus();
+}
+
 void WeightGradQueue::Discard() {
   for (Group& group : groups_) group.rows = 0;
   held_bytes_ = 0;

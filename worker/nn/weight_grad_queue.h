@@ -39,6 +39,8 @@
 
 namespace pipetrain {
 
+struct Param;
+
 class WeightGradQueue {
  public:
   // A layer's weight-gradient product: accumulates x^T dy (x [rows, in],
@@ -65,6 +67,11 @@ class WeightGradQueue {
                    const Tensor& dy, Accumulate accumulate);
   // Runs every layer's held rows, layers in the order they first came.
   absl::Status Flush();
+  // Runs the held rows of the layers named by any of `owners` (the
+  // pointers their Adds gave; a Linear names itself by its weight Param,
+  // so a layer's params() flush its products), in the order they first
+  // came; the others stay held.
+  absl::Status FlushFor(const std::vector<Param*>& owners);
   // Drops what is held (an abandoned step's micro-batches).
   void Discard();
   // Holds each layer's held micro-batches again, as if a step brought that

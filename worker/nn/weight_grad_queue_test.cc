@@ -183,6 +183,46 @@ TEST_F(WeightGradQueueTest, DiscardedProductsNeverReachTheGradients) {
   ExpectGradientsAreTheSums();
 }
 
+// A second layer on the same queue: flushing the first by its params runs
+// only its products; the second's stay held until they are named.
+TEST_F(WeightGradQueueTest, FlushForRunsOnlyTheNamedLayersProducts) {
+  auto other = Linear::Create(backend_.get(), kOut, kIn, true, 8);
+  ASSERT_TRUE(other.ok()) << other.status();
+  (*other)->DeferWeightGrads(&queue_);
+  ZeroGrads((*other)->params());
+  RunMicroBatch(4, 1);
+  RunMicroBatch(2, 2);
+  const Tensor x = RandomHost({3, kOut}, 30);
+  const Tensor dy = RandomHost({3, kIn}, 31);
+  LayerContext ctx;
+  ASSERT_TRUE((*other)->Forward(x, ForwardOptions(), &ctx).ok());
+  ASSERT_TRUE((*other)->Backward(dy, ForwardOptions(), &ctx, true).ok());
+  const int64_t other_bytes = 3 * (kOut + kIn) * 4;
+  EXPECT_EQ(queue_.held_bytes(), 6 * (kIn + kOut) * 4 + other_bytes);
+
+  ASSERT_TRUE(queue_.FlushFor(linear_->params()).ok());
+  ExpectGradientsAreTheSums();
+  for (Param* p : (*other)->params()) EXPECT_TRUE(p->grad_fresh);
+  EXPECT_EQ(queue_.held_bytes(), other_bytes);
+
+  ASSERT_TRUE(queue_.FlushFor((*other)->params()).ok());
+  EXPECT_EQ(queue_.held_bytes(), 0);
+  // The other layer's dW[i][j] = sum over rows of x[r][i] dy[r][j].
+  const std::vector<float> got = (*other)->params()[0]->grad.ToVector();
+  for (int64_t i = 0; i < kOut; ++i) {
+    for (int64_t j = 0; j < kIn; ++j) {
+      double want = 0;
+      for (int64_t r = 0; r < 3; ++r) {
+        want +=
+            static_cast<double>(x.f32()[r * kOut + i]) * dy.f32()[r * kIn + j];
+      }
+      EXPECT_NEAR(got[i * kIn + j], want, 1e-5 * (1.0 + std::fabs(want)));
+    }
+  }
+  // The first layer's gradients did not move again.
+  ExpectGradientsAreTheSums();
+}
+
 TEST_F(WeightGradQueueTest, RowsOfTheWrongWidthAreRefused) {
   auto accumulate = [](const Tensor&, const Tensor&) {
     return absl::OkStatus();

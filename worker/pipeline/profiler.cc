@@ -204,7 +204,9 @@ absl::Status TimeChain(const v1::TrainingSpec& spec,
       }
       RETURN_IF_ERROR(optimizers[j]->Step(params, scale));
       // Reused weights are laid out again once a step, after the update.
-      if (reuse_weights) RETURN_IF_ERROR(layer->PrepareWeights());
+      if (reuse_weights) {
+        RETURN_IF_ERROR(layer->PrepareWeights(PackedCopies::kAll));
+      }
       RETURN_IF_ERROR(backend->Synchronize());
       o[j] = SecondsSince(start);
     }

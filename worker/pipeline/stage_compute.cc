@@ -443,11 +443,43 @@ absl::Status StageCompute::FlushWeightGrads() {
   return absl::OkStatus();
 }
 
+absl::Status StageCompute::UpdateLayerByLayer() {
+  const int64_t deferred = DeferredBytes();
+  double weight = 0, update = 0, pack = 0;
+  optimizer_->StartStep();
+  for (auto model = models_.rbegin(); model != models_.rend(); ++model) {
+    for (int i = (*model)->num_layers(); i-- > 0;) {
+      Layer* layer = (*model)->layer(i);
+      const std::vector<Param*> params = layer->params();
+      if (params.empty()) continue;
+      auto start = Clock::now();
+      RETURN_IF_ERROR((*model)->FlushWeightGradsFor(params));
+      weight += SecondsSince(start);
+      start = Clock::now();
+      RETURN_IF_ERROR(optimizer_->Update(params, 1.0f));
+      update += SecondsSince(start);
+      if (!reuses_weights_) continue;
+      start = Clock::now();
+      RETURN_IF_ERROR(layer->PrepareWeights(PackedCopies::kForward));
+      pack += SecondsSince(start);
+    }
+  }
+  counters_.held_bytes -= deferred;
+  counters_.backward_seconds += weight;
+  counters_.optimizer_seconds += update;
+  if (deferred > 0) CountCompute(StageMetrics::kWeight, weight);
+  CountCompute(StageMetrics::kOptimizer, update);
+  if (reuses_weights_) CountCompute(StageMetrics::kPack, pack);
+  ++weight_version_;
+  return absl::OkStatus();
+}
+
 absl::Status StageCompute::OptimizerStep(StepState* state) {
+  const float clip = optimizer_->clip_grad_norm();
+  if (clip <= 0 && stash_ == nullptr) return UpdateLayerByLayer();
   RETURN_IF_ERROR(FlushWeightGrads());
   const auto start = Clock::now();
   float scale = 1.0f;
-  const float clip = optimizer_->clip_grad_norm();
   if (clip > 0) {
     ASSIGN_OR_RETURN(double local, GradSumSquares(backend_, all_params_));
     ASSIGN_OR_RETURN(

@@ -151,6 +151,16 @@ class StageCompute {
                          StepState* state);
   absl::Status SendGradient(int mb, int chunk, StepState* state);
   absl::Status OptimizerStep(StepState* state);
+  // The optimizer step without clipping or a weight stash, one layer at a
+  // time, last layer first: the layer's held weight-gradient products, its
+  // update, then (with packed weights) its forward copies laid out anew,
+  // each while the layer's gradient and weights are still in cache. The
+  // same bits as flushing every layer, updating every parameter, then
+  // packing: each layer's products, update and copy read only its own
+  // tensors. The next forward (a first stage's, which has no wait to pack
+  // in) then finds its copies current; W^T copies are left to the waits
+  // (PrepareWhileWaiting) or the pass that needs them.
+  absl::Status UpdateLayerByLayer();
   // Runs the weight-gradient products the models hold back (counted as the
   // weight pass, W).
   absl::Status FlushWeightGrads();
