@@ -156,6 +156,53 @@ TEST_F(CpuBackendTest, LargeProductsMatchADoubleProduct) {
   }
 }
 
+// Products with a side under 256 but over 2^20 multiply-adds (the
+// character LM's 64-wide layers) go through the packed kernel where
+// OpenBLAS runs pre-AVX2 kernels (CpuGemm::packs_every_large_), else to
+// OpenBLAS: either way they match a double-precision product, with every
+// transpose and beta 0 and 1.
+TEST_F(CpuBackendTest, NarrowLargeProductsMatchADoubleProduct) {
+  struct Sides {
+    int m, n, k;
+  };
+  for (const Sides& s :
+       {Sides{64, 40, 600}, Sides{500, 24, 96}, Sides{40, 300, 128}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (float beta : {0.0f, 1.0f}) {
+          const int lda = ta ? s.m : s.k, ldb = tb ? s.k : s.n, ldc = s.n;
+          std::vector<float> a((ta ? s.k : s.m) * lda);
+          std::vector<float> b((tb ? s.n : s.k) * ldb);
+          for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.29f * i);
+          for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.13f * i);
+          std::vector<float> c(s.m * ldc);
+          for (size_t i = 0; i < c.size(); ++i) {
+            c[i] = beta == 0.0f ? std::nanf("") : 0.5f * (i % 7);
+          }
+          const std::vector<float> before = c;
+          ASSERT_TRUE(backend_
+                          ->Gemm(ta, tb, s.m, s.n, s.k, 1.0f, a.data(), lda,
+                                 b.data(), ldb, beta, c.data(), ldc)
+                          .ok());
+          for (int i = 0; i < s.m; ++i) {
+            for (int j = 0; j < s.n; ++j) {
+              double want = beta == 0.0f ? 0.0 : before[i * ldc + j];
+              for (int p = 0; p < s.k; ++p) {
+                const double av = ta ? a[p * lda + i] : a[i * lda + p];
+                want += av * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+              }
+              ASSERT_NEAR(c[i * ldc + j], want, 2e-3)
+                  << "m=" << s.m << " n=" << s.n << " k=" << s.k << " ta=" << ta
+                  << " tb=" << tb << " beta=" << beta << " at " << i << ","
+                  << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The optimizer updates run vectorized over many elements (and over the
 // pool's chunks); each element must get exactly the scalar update.
 TEST_F(CpuBackendTest, OptimizerUpdatesEqualTheScalarStepOnEveryElement) {

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "worker/compute/cpu/blas_kernels.h"
 #include "worker/compute/cpu/packed_gemm.h"
 
 namespace pipetrain {
@@ -19,6 +20,12 @@ constexpr int64_t kFewRows = 64;
 constexpr int64_t kWideSide = 256;
 // The scratch buffer (n x m floats, kept per thread) stays under 16 MiB.
 constexpr int64_t kMaxScratchRows = (int64_t{1} << 22) / kFewRows;
+
+// Where OpenBLAS runs pre-AVX2 kernels, products of at least this many
+// multiply-adds go to the packed kernel whatever their sides; below it
+// (an attention head's 64 x 16 x 64) packing op(B) for one call is a large
+// share of the work.
+constexpr int64_t kMinPackedProduct = int64_t{1} << 20;
 
 // Column panels (16 columns each) per thread of a packed GEMM or pack:
 // below 2 x 8 panels it runs on one thread.
@@ -41,15 +48,18 @@ CpuGemm::CpuGemm(ParallelFor* pool)
     : pool_(pool),
       packs_(PacksOperands()),
       packs_wide_(packs_ && std::getenv("PIPETRAIN_PACKED_WIDE") == nullptr &&
-                  packed_gemm::BestIsa() == packed_gemm::Isa::kAvx512) {}
+                  packed_gemm::BestIsa() == packed_gemm::Isa::kAvx512),
+      packs_every_large_(packs_wide_ && BlasRunsPreAvx2Kernels()) {}
 
 absl::Status CpuGemm::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
                            int64_t k, float alpha, const float* a, int64_t lda,
                            const float* b, int64_t ldb, float beta, float* c,
                            int64_t ldc) {
   if (m == 0 || n == 0) return absl::OkStatus();
-  if (packs_wide_ && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) &&
-      m >= kWideSide && n >= kWideSide && (trans_a || k >= kWideSide)) {
+  const bool large =
+      (m >= kWideSide && n >= kWideSide && (trans_a || k >= kWideSide)) ||
+      (packs_every_large_ && m * n * k >= kMinPackedProduct);
+  if (packs_wide_ && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && large) {
     return GemmPackingB(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c,
                         ldc);
   }

@@ -60,6 +60,10 @@ class CpuGemm {
   // Gemm runs large products through the packed kernel: with AVX-512 only
   // (OpenBLAS's AVX2 kernels match the AVX2 one on such products).
   const bool packs_wide_;
+  // And every product of at least kMinPackedProduct multiply-adds, whatever
+  // its sides, where OpenBLAS runs kernels older than AVX2
+  // (BlasRunsPreAvx2Kernels): the character LM's 64-wide products.
+  const bool packs_every_large_;
 };
 
 }  // namespace pipetrain
