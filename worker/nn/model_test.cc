@@ -212,6 +212,22 @@ TEST(Model, ReusedWeightsFollowEveryWriteOfTheWeights) {
   }
 }
 
+// One SGD step (lr 0.5) of `params` from gradients set to a fixed pattern.
+void StepWithFixedGradients(Backend* backend,
+                            const std::vector<Param*>& params) {
+  v1::OptimizerSpec spec;
+  spec.mutable_sgd()->set_lr(0.5f);
+  auto opt = Optimizer::Create(spec, backend);
+  ASSERT_TRUE(opt.ok());
+  for (Param* p : params) {
+    for (int64_t j = 0; j < p->grad.numel(); ++j) {
+      p->grad.f32()[j] = math::UniformAt(7, j);
+    }
+    p->grad_fresh = false;
+  }
+  ASSERT_TRUE((*opt)->Step(params).ok());
+}
+
 // PrepareWeights lays the updated weights out when called, not at the next
 // pass: a pass after it multiplies by the weights as they were then. (The
 // test writes the weights behind the model's back, without the version
@@ -234,18 +250,8 @@ TEST(Model, PreparedWeightsAreTheWeightsAtPreparation) {
   };
   forward(reused->get());  // packs W at first use
 
-  v1::OptimizerSpec opt_spec;
-  opt_spec.mutable_sgd()->set_lr(0.5f);
   for (Model* model : {reused->get(), plain->get()}) {
-    auto opt = Optimizer::Create(opt_spec, backend.get());
-    ASSERT_TRUE(opt.ok());
-    for (Param* p : model->params()) {
-      for (int64_t j = 0; j < p->grad.numel(); ++j) {
-        p->grad.f32()[j] = math::UniformAt(7, j);
-      }
-      p->grad_fresh = false;
-    }
-    ASSERT_TRUE((*opt)->Step(model->params()).ok());
+    StepWithFixedGradients(backend.get(), model->params());
   }
   ASSERT_TRUE((*reused)->PrepareWeights().ok());
   for (Param* p : (*reused)->params()) {
@@ -285,18 +291,8 @@ TEST(Model, PreparingTheForwardCopiesLeavesTheTransposedOnesStale) {
     ASSERT_TRUE((*reused)->Forward(x, options, &ctx).ok());
     ASSERT_TRUE((*reused)->Backward(dy, options, &ctx, true).ok());
 
-    v1::OptimizerSpec opt_spec;
-    opt_spec.mutable_sgd()->set_lr(0.5f);
     for (Linear* layer : {reused->get(), plain->get()}) {
-      auto opt = Optimizer::Create(opt_spec, backend.get());
-      ASSERT_TRUE(opt.ok());
-      for (Param* p : layer->params()) {
-        for (int64_t j = 0; j < p->grad.numel(); ++j) {
-          p->grad.f32()[j] = math::UniformAt(7, j);
-        }
-        p->grad_fresh = false;
-      }
-      ASSERT_TRUE((*opt)->Step(layer->params()).ok());
+      StepWithFixedGradients(backend.get(), layer->params());
     }
     ASSERT_TRUE((*reused)->PrepareWeights(copies).ok());
     Param* w = (*reused)->params()[0];
