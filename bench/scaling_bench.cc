@@ -31,12 +31,12 @@
 // send_seconds_total), differenced over each stage's own window of whole
 // steady-state steps, in ms per step and as a share of the window's wall
 // time: forward, backward (a full backward, or B of ZB-H1), the weight
-// pass W of ZB-H1, loss, optimizer, pack (packed weights laid
-// out in a wait, see stage_compute.h), sending (handing messages to the
-// transport: encoding and queueing), blocked waiting for a neighbour's
-// message, and the rest (unattributed: the executor's own work); and the
-// worker processes' CPU per sample and the cores they kept busy over the
-// window. Blocked time is split in two: idle by schedule, the simulator's
+// pass W of ZB-H1, loss, optimizer, pack (packed weights laid out after
+// each layer's update or in a wait, see stage_compute.h), sending (handing
+// messages to the transport: encoding and queueing), blocked waiting for a
+// neighbour's message, and the rest (unattributed: the executor's own work);
+// and the worker processes' CPU per sample and the cores they kept busy over
+// the window. Blocked time is split in two: idle by schedule, the simulator's
 // idle fraction for this schedule with the stage's measured
 // per-micro-batch costs (the wait the schedule itself imposes), and
 // waiting for input beyond it (transfer and neighbours running late);
@@ -760,7 +760,8 @@ int Main() {
       "synchronous schedule the weight-gradient products held over the "
       "step's micro-batches), loss, "
       "optimizer, pack (laying the updated weights out for the next step's "
-      "products while waiting for a message), send (handing messages to "
+      "products: the forward copies after each layer's update, the rest "
+      "while waiting for a message), send (handing messages to "
       "the transport), blocked in a "
       "receive = idle by schedule (the simulator's idle with these costs) + "
       "waiting for input beyond it, and other (the executor's own work).\n");
