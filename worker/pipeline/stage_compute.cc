@@ -436,11 +436,20 @@ absl::Status StageCompute::FlushWeightGrads() {
   if (deferred == 0) return absl::OkStatus();
   const auto start = Clock::now();
   for (auto& model : models_) RETURN_IF_ERROR(model->FlushWeightGrads());
+  CountWeightPass(deferred, SecondsSince(start));
+  return absl::OkStatus();
+}
+
+void StageCompute::CountWeightPass(int64_t deferred, double seconds) {
   counters_.held_bytes -= deferred;
-  const double seconds = SecondsSince(start);
   counters_.backward_seconds += seconds;
   CountCompute(StageMetrics::kWeight, seconds);
-  return absl::OkStatus();
+}
+
+void StageCompute::CountUpdate(double seconds) {
+  ++weight_version_;
+  counters_.optimizer_seconds += seconds;
+  CountCompute(StageMetrics::kOptimizer, seconds);
 }
 
 absl::Status StageCompute::UpdateLayerByLayer() {
@@ -464,13 +473,9 @@ absl::Status StageCompute::UpdateLayerByLayer() {
       pack += SecondsSince(start);
     }
   }
-  counters_.held_bytes -= deferred;
-  counters_.backward_seconds += weight;
-  counters_.optimizer_seconds += update;
-  if (deferred > 0) CountCompute(StageMetrics::kWeight, weight);
-  CountCompute(StageMetrics::kOptimizer, update);
+  if (deferred > 0) CountWeightPass(deferred, weight);
   if (reuses_weights_) CountCompute(StageMetrics::kPack, pack);
-  ++weight_version_;
+  CountUpdate(update);
   return absl::OkStatus();
 }
 
@@ -494,10 +499,7 @@ absl::Status StageCompute::OptimizerStep(StepState* state) {
     RETURN_IF_ERROR(stash_->BeforeUpdate(weight_version_.load()));
   }
   RETURN_IF_ERROR(optimizer_->Step(all_params_, scale));
-  ++weight_version_;
-  const double seconds = SecondsSince(start);
-  counters_.optimizer_seconds += seconds;
-  CountCompute(StageMetrics::kOptimizer, seconds);
+  CountUpdate(SecondsSince(start));
   return absl::OkStatus();
 }
 

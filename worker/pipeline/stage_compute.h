@@ -164,6 +164,10 @@ class StageCompute {
   // Runs the weight-gradient products the models hold back (counted as the
   // weight pass, W).
   absl::Status FlushWeightGrads();
+  // Counts a weight pass that ran the held products of `deferred` bytes.
+  void CountWeightPass(int64_t deferred, double seconds);
+  // Counts an optimizer step (a new weight version) that took `seconds`.
+  void CountUpdate(double seconds);
   // Bytes the models' held weight-gradient products keep alive.
   int64_t DeferredBytes() const;
 

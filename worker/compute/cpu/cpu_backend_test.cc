@@ -108,51 +108,68 @@ TEST_F(CpuBackendTest, FewRowsTimesAWideTransposedMatrixMatchesNaiveProduct) {
   }
 }
 
+// The sides of a product and the padding added to each operand's row
+// stride.
+struct Product {
+  int m, n, k;
+  int pad_a = 0, pad_b = 0, pad_c = 0;
+};
+
+// C (+)= op(A) op(B) through `backend` for every transpose and beta 0 (C
+// never read) and 1, against a double-precision product within
+// `tolerance`; the columns past each row's end of C stay untouched.
+void ExpectProductsMatchADoubleProduct(Backend* backend, const Product& s,
+                                       double tolerance) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (float beta : {0.0f, 1.0f}) {
+        const int lda = (ta ? s.m : s.k) + s.pad_a;
+        const int ldb = (tb ? s.k : s.n) + s.pad_b;
+        const int ldc = s.n + s.pad_c;
+        std::vector<float> a((ta ? s.k : s.m) * lda);
+        std::vector<float> b((tb ? s.n : s.k) * ldb);
+        for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * i);
+        for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * i);
+        std::vector<float> c(s.m * ldc);
+        for (size_t i = 0; i < c.size(); ++i) {
+          c[i] = beta == 0.0f ? std::nanf("") : 0.25f * (i % 9);
+        }
+        const std::vector<float> before = c;
+        ASSERT_TRUE(backend
+                        ->Gemm(ta, tb, s.m, s.n, s.k, 1.0f, a.data(), lda,
+                               b.data(), ldb, beta, c.data(), ldc)
+                        .ok());
+        for (int i = 0; i < s.m; ++i) {
+          for (int j = 0; j < ldc; ++j) {
+            const float got = c[i * ldc + j];
+            if (j >= s.n) {  // past the row's end: untouched
+              ASSERT_TRUE(std::isnan(got) || got == before[i * ldc + j]);
+              continue;
+            }
+            double want = beta == 0.0f ? 0.0 : before[i * ldc + j];
+            for (int p = 0; p < s.k; ++p) {
+              const double av = ta ? a[p * lda + i] : a[i * lda + p];
+              want += av * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+            }
+            ASSERT_NEAR(got, want, tolerance)
+                << "m=" << s.m << " n=" << s.n << " k=" << s.k << " ta=" << ta
+                << " tb=" << tb << " beta=" << beta << " at " << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Large products go through the packed kernel when the CPU has AVX-512
 // (CpuGemm::GemmPackingB; a weight gradient's shape, A^T B, also when
 // shallow): every transpose, beta 0 (C never read) and 1, padded strides,
 // against a double-precision product. On other CPUs the same calls check
 // OpenBLAS.
 TEST_F(CpuBackendTest, LargeProductsMatchADoubleProduct) {
-  const int m = 260, n = 270;
   for (int k : {32, 300}) {
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        for (float beta : {0.0f, 1.0f}) {
-          const int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1;
-          const int ldc = n + 5;
-          std::vector<float> a((ta ? k : m) * lda), b((tb ? n : k) * ldb);
-          for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * i);
-          for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * i);
-          std::vector<float> c(m * ldc);
-          for (size_t i = 0; i < c.size(); ++i) {
-            c[i] = beta == 0.0f ? std::nanf("") : 0.25f * (i % 9);
-          }
-          const std::vector<float> before = c;
-          ASSERT_TRUE(backend_
-                          ->Gemm(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(),
-                                 ldb, beta, c.data(), ldc)
-                          .ok());
-          for (int i = 0; i < m; ++i) {
-            for (int j = 0; j < ldc; ++j) {
-              const float got = c[i * ldc + j];
-              if (j >= n) {  // past the row's end: untouched
-                ASSERT_TRUE(std::isnan(got) || got == before[i * ldc + j]);
-                continue;
-              }
-              double want = beta == 0.0f ? 0.0 : before[i * ldc + j];
-              for (int p = 0; p < k; ++p) {
-                const double av = ta ? a[p * lda + i] : a[i * lda + p];
-                want += av * (tb ? b[j * ldb + p] : b[p * ldb + j]);
-              }
-              ASSERT_NEAR(got, want, 1e-3)
-                  << "k=" << k << " ta=" << ta << " tb=" << tb
-                  << " beta=" << beta << " at " << i << "," << j;
-            }
-          }
-        }
-      }
-    }
+    ExpectProductsMatchADoubleProduct(backend_.get(), {260, 270, k, 3, 1, 5},
+                                      1e-3);
   }
 }
 
@@ -162,44 +179,9 @@ TEST_F(CpuBackendTest, LargeProductsMatchADoubleProduct) {
 // OpenBLAS: either way they match a double-precision product, with every
 // transpose and beta 0 and 1.
 TEST_F(CpuBackendTest, NarrowLargeProductsMatchADoubleProduct) {
-  struct Sides {
-    int m, n, k;
-  };
-  for (const Sides& s :
-       {Sides{64, 40, 600}, Sides{500, 24, 96}, Sides{40, 300, 128}}) {
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        for (float beta : {0.0f, 1.0f}) {
-          const int lda = ta ? s.m : s.k, ldb = tb ? s.k : s.n, ldc = s.n;
-          std::vector<float> a((ta ? s.k : s.m) * lda);
-          std::vector<float> b((tb ? s.n : s.k) * ldb);
-          for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.29f * i);
-          for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.13f * i);
-          std::vector<float> c(s.m * ldc);
-          for (size_t i = 0; i < c.size(); ++i) {
-            c[i] = beta == 0.0f ? std::nanf("") : 0.5f * (i % 7);
-          }
-          const std::vector<float> before = c;
-          ASSERT_TRUE(backend_
-                          ->Gemm(ta, tb, s.m, s.n, s.k, 1.0f, a.data(), lda,
-                                 b.data(), ldb, beta, c.data(), ldc)
-                          .ok());
-          for (int i = 0; i < s.m; ++i) {
-            for (int j = 0; j < s.n; ++j) {
-              double want = beta == 0.0f ? 0.0 : before[i * ldc + j];
-              for (int p = 0; p < s.k; ++p) {
-                const double av = ta ? a[p * lda + i] : a[i * lda + p];
-                want += av * (tb ? b[j * ldb + p] : b[p * ldb + j]);
-              }
-              ASSERT_NEAR(c[i * ldc + j], want, 2e-3)
-                  << "m=" << s.m << " n=" << s.n << " k=" << s.k << " ta=" << ta
-                  << " tb=" << tb << " beta=" << beta << " at " << i << ","
-                  << j;
-            }
-          }
-        }
-      }
-    }
+  for (const Product& s :
+       {Product{64, 40, 600}, Product{500, 24, 96}, Product{40, 300, 128}}) {
+    ExpectProductsMatchADoubleProduct(backend_.get(), s, 2e-3);
   }
 }
 
