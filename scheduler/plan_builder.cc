@@ -128,6 +128,8 @@ PlanRequest BuildRequest(const PlanInputs& in, const WorkerSpeeds& speeds) {
       MessageOverhead(in.message_overhead_seconds, in.workers);
   request.message_cpu_seconds =
       MessageCpu(request.message_overhead_seconds, in.workers);
+  request.stream_extra_seconds =
+      StreamExtraLatency(in.message_overhead_seconds, in.workers);
   for (size_t i = 0; i < in.workers.size(); ++i) {
     const v1::WorkerInfo& w = in.workers[i];
     PlannerWorker p;
@@ -530,6 +532,19 @@ absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
         &links, "message overhead %.3f ms per message sent or received (%s)\n",
         request.message_overhead_seconds * 1e3,
         MessageOverheadSource(in.message_overhead_seconds, in.workers));
+  }
+  if (request.stream_extra_seconds > 0) {
+    absl::StrAppendFormat(
+        &links,
+        "stage stream: %.3f ms more a message than that, on the workers' "
+        "own stacks (the median of their stream probes)\n",
+        request.stream_extra_seconds * 1e3);
+  }
+  if (simulated > 0) {
+    absl::StrAppendFormat(&links,
+                          "the schedule simulated with these links and "
+                          "message costs: a step of %.3f ms\n",
+                          simulated * 1e3);
   }
   out.set_explanation(absl::StrCat(
       out.explanation(), "\n", links, shared.explanation, warmup_note,

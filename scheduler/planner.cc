@@ -243,6 +243,10 @@ absl::Status ValidateLinks(const PlanRequest& request) {
     return absl::InvalidArgumentError(
         "message_overhead_seconds must be finite and non-negative");
   }
+  if (!IsNonNegativeFinite(request.stream_extra_seconds)) {
+    return absl::InvalidArgumentError(
+        "stream_extra_seconds must be finite and non-negative");
+  }
   return absl::OkStatus();
 }
 

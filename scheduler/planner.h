@@ -94,6 +94,11 @@ struct PlanRequest {
   // CPU per message end, every thread of the process counted (gRPC's
   // pollers, TLS): what it takes from the CPUs a machine's workers share.
   double message_cpu_seconds = 0.0;
+  // What a message's way along a stage stream takes beyond what the plan
+  // already charges it (the link's one-way latency and
+  // message_overhead_seconds at each end): StreamExtraLatency. Added to
+  // each message's latency by SimulatedStep.
+  double stream_extra_seconds = 0.0;
   int micro_batches = 1;
   // 0: any number of stages up to min(#layers, #workers); else exactly.
   int num_stages = 0;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "common/proto_json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -232,6 +233,51 @@ TEST(SimulatedStepTest, WorkersOwnMeasurementWinsOverLinkRoundTrips) {
   for (v1::WorkerInfo& w : workers) w.clear_message_overhead_seconds();
   EXPECT_THAT(MessageOverheadSource(-1, workers),
               ::testing::HasSubstr("probe RTT"));
+}
+
+// The stream's extra latency: each worker's hop less the four overheads a
+// plan already charges a message, at least 0; the median over the workers
+// that measured both; none when the flag sets the message costs.
+TEST(SimulatedStepTest, StreamExtraIsTheHopBeyondWhatThePlanChargesAMessage) {
+  std::vector<v1::WorkerInfo> workers(4);
+  EXPECT_EQ(StreamExtraLatency(-1, workers), 0.0);
+  workers[0].set_stream_hop_seconds(0.0002);
+  workers[0].set_message_overhead_seconds(0.00002);  // 0.00012 more
+  workers[1].set_stream_hop_seconds(0.0003);
+  workers[1].set_message_overhead_seconds(0.00005);  // 0.0001 more
+  workers[2].set_stream_hop_seconds(0.00005);
+  workers[2].set_message_overhead_seconds(0.00002);  // below: 0
+  workers[3].set_stream_hop_seconds(0.5);            // no overhead: left out
+  EXPECT_NEAR(StreamExtraLatency(-1, workers), 0.0001, 1e-15);
+  EXPECT_EQ(StreamExtraLatency(0.00001, workers), 0.0);
+}
+
+// GPipe, K = 2: the extra latency is paid by the first activation on its
+// way down and the last gradient on its way up, as a link's latency is.
+TEST(SimulatedStepTest, StreamExtraIsPaidOncePerWayInFillAndDrain) {
+  auto plan_with = [](double hop) {
+    PlanInputs in = TwoWorkerInputs(0.0);
+    in.message_overhead_seconds = -1;  // measured
+    for (v1::WorkerInfo& w : in.workers) {
+      w.set_message_overhead_seconds(1e-6);
+      w.set_stream_hop_seconds(hop);
+    }
+    absl::StatusOr<v1::Plan> plan = BuildPlan(in);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? *plan : v1::Plan();
+  };
+  const v1::Plan slow = plan_with(0.004 + 4e-6);
+  const v1::Plan fast = plan_with(4e-6);
+  EXPECT_NEAR(slow.predicted_step_seconds() - fast.predicted_step_seconds(),
+              2 * 0.004, 1e-9);
+  // The plan says what it added, and what the simulation gave.
+  EXPECT_THAT(slow.explanation(),
+              ::testing::HasSubstr("stage stream: 4.000 ms more a message"));
+  EXPECT_THAT(slow.explanation(), ::testing::HasSubstr(absl::StrFormat(
+                                      "message costs: a step of %.3f ms",
+                                      slow.predicted_step_seconds() * 1e3)));
+  EXPECT_THAT(fast.explanation(),
+              ::testing::Not(::testing::HasSubstr("stage stream:")));
 }
 
 // The CPU per message end: the median of what the workers measured, else

@@ -1,6 +1,7 @@
 #include "scheduler/step_prediction.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -130,6 +131,20 @@ double MessageCpu(double overhead_seconds,
   return cpu.empty() ? overhead_seconds : Median(cpu);
 }
 
+double StreamExtraLatency(double configured,
+                          const std::vector<v1::WorkerInfo>& workers) {
+  if (configured >= 0) return 0;
+  std::vector<double> extra;
+  for (const v1::WorkerInfo& w : workers) {
+    if (w.stream_hop_seconds() > 0 && std::isfinite(w.stream_hop_seconds()) &&
+        w.message_overhead_seconds() > 0) {
+      extra.push_back(std::max(
+          0.0, w.stream_hop_seconds() - 4 * w.message_overhead_seconds()));
+    }
+  }
+  return extra.empty() ? 0.0 : Median(extra);
+}
+
 std::string MessageOverheadSource(double configured,
                                   const std::vector<v1::WorkerInfo>& workers) {
   return DecideMessageOverhead(configured, workers).source;
@@ -200,7 +215,8 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
                                ? cut.activation_wire_bytes
                                : cut.activation_bytes;
       c.activation_transfer = bytes / down[s].bandwidth_bytes_per_s;
-      c.send = 0.25 * (down[s].rtt_seconds + up[s + 1].rtt_seconds);
+      c.send = 0.25 * (down[s].rtt_seconds + up[s + 1].rtt_seconds) +
+               request.stream_extra_seconds;
     }
     if (s > 0) {
       const LayerCost& cut = request.layers[a.layer_begin - 1];
@@ -208,7 +224,8 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
                                ? cut.gradient_wire_bytes
                                : cut.activation_bytes;
       c.gradient_transfer = bytes / up[s].bandwidth_bytes_per_s;
-      c.gradient_send = 0.25 * (up[s].rtt_seconds + down[s - 1].rtt_seconds);
+      c.gradient_send = 0.25 * (up[s].rtt_seconds + down[s - 1].rtt_seconds) +
+                        request.stream_extra_seconds;
     }
   }
   ScheduleParams params;

@@ -31,6 +31,16 @@ double MessageOverhead(double configured,
 // `overhead_seconds` (MessageOverhead's figure).
 double MessageCpu(double overhead_seconds,
                   const std::vector<v1::WorkerInfo>& workers);
+// PlanRequest::stream_extra_seconds: 0 when `configured` >= 0 (the flag
+// sets the message costs), else the median over the workers that measured
+// both of stream_hop_seconds - 4 x message_overhead_seconds, at least 0
+// (0 when none did). A plan charges a message the one-way time of its
+// link's Probe round trips (on the worker's own stack, two message ends,
+// 2 x the overhead) and the overhead again at each end; the stream's
+// measured hop, from the sending thread to the woken receiving thread, is
+// the whole way on that stack.
+double StreamExtraLatency(double configured,
+                          const std::vector<v1::WorkerInfo>& workers);
 // Where MessageOverhead's figure comes from, in words, for the plan's
 // explanation.
 std::string MessageOverheadSource(double configured,
@@ -53,7 +63,8 @@ double OptimizerSecondsPerStep(const v1::JobSpec& spec,
 // the messages each pass receives and sends, and its optimizer update; its
 // activation link to s + 1 and gradient link to s - 1 carry one message per
 // micro-batch each, occupying the link bytes / bandwidth and arriving a
-// latency later.
+// latency later (the link's one-way time plus
+// request.stream_extra_seconds).
 double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
                      const std::vector<StageAssignment>& stages);
 

@@ -15,16 +15,17 @@
 
 namespace pipetrain::testing {
 
-// Writes `frames` in order, then closes its side. Await() blocks the test
-// thread until gRPC has run OnDone on its own.
+// Writes `frames` in order on `method` (Exchange unless named), then
+// closes its side. Await() blocks the test thread until gRPC has run OnDone
+// on its own.
 class RawStream
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  RawStream(const std::string& address, std::vector<grpc::ByteBuffer> frames)
+  RawStream(const std::string& address, std::vector<grpc::ByteBuffer> frames,
+            const std::string& method = "/pipetrain.v1.StageService/Exchange")
       : stub_(CreatePipetrainChannel(address)), frames_(std::move(frames)) {
     ctx_.set_deadline(DeadlineIn(20));
-    stub_.PrepareBidiStreamingCall(&ctx_, "/pipetrain.v1.StageService/Exchange",
-                                   grpc::StubOptions(), this);
+    stub_.PrepareBidiStreamingCall(&ctx_, method, grpc::StubOptions(), this);
     StartRead(&in_);
     Next();
     StartCall();

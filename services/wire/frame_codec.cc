@@ -166,6 +166,14 @@ grpc::ByteBuffer EncodeHello(const std::string& job_id, int stage) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
+grpc::ByteBuffer EncodeEchoHello() {
+  v1::FrameHeader header;
+  header.set_kind(v1::FRAME_KIND_HELLO);
+  header.set_echo(true);
+  grpc::Slice slice = HeaderSlice(header);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 uint64_t WireSeed(const std::string& job_id, int stage) {
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: stable across builds
   for (unsigned char c : job_id) h = (h ^ c) * 0x100000001b3ull;

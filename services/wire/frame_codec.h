@@ -61,6 +61,8 @@ inline constexpr int64_t kMaxMessageBytes = int64_t{8} << 30;
 
 // Frames of a HELLO (the first message an upstream stage sends).
 grpc::ByteBuffer EncodeHello(const std::string& job_id, int stage);
+// The HELLO of a message-cost probe stream (FrameHeader.echo): no job.
+grpc::ByteBuffer EncodeEchoHello();
 
 // How a stage's payload tensors travel: quantized where `compression`
 // quantizes the message's direction, else in `dtype` (f32, bf16, f16).

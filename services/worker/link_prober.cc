@@ -1,13 +1,12 @@
 #include "services/worker/link_prober.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/elapsed.h"
 #include "common/logging.h"
 #include "common/median.h"
 #include "common/status_macros.h"
@@ -48,14 +47,6 @@ absl::StatusOr<double> TimedProbe(v1::StageService::StubInterface& stub,
         response.received_bytes(), " of ", payload.size(), " bytes"));
   }
   return seconds;
-}
-
-// This process's CPU time so far, all threads (user + system).
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) +
-         1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 struct RoundTrips {

@@ -1,7 +1,9 @@
 // Link probes against a real StageService on loopback TCP: the figures are
 // plausible, oversized probes are refused, a peer that is down is an error
 // within the call deadline, and the background prober delivers each
-// target's measurement once.
+// target's measurement once. The stage-stream probe (stream_probe.h):
+// its echoes come back bit for bit, one probe stream at a time, and a
+// probe stream that breaks its rules is ended.
 #include "services/worker/link_prober.h"
 
 #include <atomic>
@@ -15,6 +17,8 @@
 #include "services/rpc/grpc_util.h"
 #include "services/worker/stage_service.h"
 #include "services/worker/stage_streams.h"
+#include "services/worker/stream_probe.h"
+#include "tests/raw_stream.h"
 #include "worker/compute/cpu/cpu_backend.h"
 
 namespace pipetrain {
@@ -25,9 +29,9 @@ class LinkProberTest : public ::testing::Test {
   void SetUp() override {
     host_ = std::make_unique<StageHost>(CreateCpuBackend(1), nullptr);
     service_ = std::make_unique<StageServiceImpl>(
-        host_.get(), [this](grpc::CallbackServerContext* context) {
+        host_.get(), [this](grpc::CallbackServerContext* context, bool probe) {
           return new UpstreamStream(host_.get(), size_t{1} << 20,
-                                    context->peer());
+                                    context->peer(), probe);
         });
     int port = 0;
     auto server = StartGrpcServer("127.0.0.1:0", service_.get(), &port);
@@ -129,6 +133,112 @@ TEST_F(LinkProberTest, MeasuresTheMessageCostOnItsOwnServer) {
   LinkProbeOptions quick;
   quick.call_deadline_seconds = 0.5;
   EXPECT_FALSE(MeasureMessageCost("127.0.0.1:1", quick).ok());
+}
+
+// The stream probe's figures are positive and far below a second; every
+// echo matched what was sent (MeasureStreamMessageCost fails otherwise).
+TEST_F(LinkProberTest, MeasuresAStageStreamOnItsOwnServer) {
+  StreamProbeOptions options;
+  options.messages = 20;
+  absl::StatusOr<StreamMessageCost> cost =
+      MeasureStreamMessageCost(target_.address(), options);
+  ASSERT_TRUE(cost.ok()) << cost.status();
+  EXPECT_GT(cost->hop_seconds, 0.0);
+  EXPECT_LT(cost->hop_seconds, 0.1);
+  EXPECT_GT(cost->cpu_seconds, 0.0);
+  EXPECT_LT(cost->cpu_seconds, 0.01);
+  StreamProbeOptions quick;
+  quick.deadline_seconds = 0.5;
+  EXPECT_FALSE(MeasureStreamMessageCost("127.0.0.1:1", quick).ok());
+}
+
+TEST_F(LinkProberTest, OneStreamProbeAtATime) {
+  StreamProbeOptions slow;
+  slow.messages = 100;
+  slow.gap_seconds = 0.01;  // about a second
+  absl::StatusOr<StreamMessageCost> first;
+  std::thread running(
+      [&] { first = MeasureStreamMessageCost(target_.address(), slow); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  StreamProbeOptions quick;
+  quick.messages = 5;
+  absl::StatusOr<StreamMessageCost> second =
+      MeasureStreamMessageCost(target_.address(), quick);
+  running.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted)
+      << second.status();
+  // The first one's end frees the place.
+  absl::StatusOr<StreamMessageCost> third;
+  for (int i = 0; i < 50; ++i) {
+    third = MeasureStreamMessageCost(target_.address(), quick);
+    if (third.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(third.ok()) << third.status();
+}
+
+// Frames of one float32 activation [1, floats] of step `step`.
+std::vector<grpc::ByteBuffer> EchoMessage(int64_t step, int64_t floats,
+                                          int micro_batch = 0) {
+  StageMessage m;
+  m.kind = MessageKind::kActivation;
+  m.step = step;
+  m.micro_batch = micro_batch;
+  m.tensors = {Tensor::Host({1, floats})};
+  absl::StatusOr<std::vector<grpc::ByteBuffer>> frames =
+      EncodeMessage("", m, v1::DTYPE_F32);
+  EXPECT_TRUE(frames.ok()) << frames.status();
+  return frames.ok() ? *frames : std::vector<grpc::ByteBuffer>();
+}
+
+std::vector<grpc::ByteBuffer> Then(std::vector<grpc::ByteBuffer> a,
+                                   const std::vector<grpc::ByteBuffer>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST_F(LinkProberTest, AProbeStreamThatBreaksItsRulesIsEnded) {
+  v1::FrameHeader named;
+  named.set_kind(v1::FRAME_KIND_HELLO);
+  named.set_echo(true);
+  named.set_job_id("job-1");
+  grpc::ByteBuffer named_hello = EncodeEchoHello();
+  {
+    std::string bytes;
+    named.SerializeToString(&bytes);
+    std::string frame(4, '\0');
+    const uint32_t n = static_cast<uint32_t>(bytes.size());
+    for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>(n >> (8 * i));
+    frame += bytes;
+    grpc::Slice slice(frame);
+    named_hello = grpc::ByteBuffer(&slice, 1);
+  }
+  const int64_t too_many = UpstreamStream::kMaxEchoBytes / 4 + 1;
+  const std::vector<std::pair<std::string, std::vector<grpc::ByteBuffer>>>
+      broken = {
+          {"a job named", Then({named_hello}, EchoMessage(0, 8))},
+          {"a message too large",
+           Then({EncodeEchoHello()}, EchoMessage(0, too_many))},
+          {"a step out of order",
+           Then(Then({EncodeEchoHello()}, EchoMessage(0, 8)),
+                EchoMessage(2, 8))},
+          {"a micro-batch", Then({EncodeEchoHello()}, EchoMessage(0, 8, 1))},
+          {"a stage's HELLO", {EncodeHello("job-1", 0)}},
+      };
+  for (const auto& [what, frames] : broken) {
+    testing::RawStream stream(target_.address(), frames,
+                              "/pipetrain.v1.StageService/ProbeExchange");
+    EXPECT_EQ(stream.Await().error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << what;
+  }
+  // An echo HELLO on a stage's Exchange is refused too.
+  testing::RawStream stage_stream(target_.address(),
+                                  Then({EncodeEchoHello()}, EchoMessage(0, 8)));
+  EXPECT_EQ(stage_stream.Await().error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // A well-behaved probe still runs afterwards.
+  EXPECT_TRUE(MeasureStreamMessageCost(target_.address()).ok());
 }
 
 TEST_F(LinkProberTest, RefusesProbesPastTheCap) {

@@ -31,6 +31,8 @@ constexpr std::pair<absl::string_view, StageCaller> kStageMethods[] = {
     // Link probes come from the workers the scheduler asked to measure
     // their links to this one: it names no caller in advance.
     {"Probe", StageCaller::kClusterPeer},
+    // The same on the stage stream's path: a probe stream holds no stage.
+    {"ProbeExchange", StageCaller::kClusterPeer},
 };
 
 }  // namespace

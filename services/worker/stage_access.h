@@ -1,8 +1,9 @@
 // Who may call a stage worker: its control calls (Configure, Train, Stop,
 // snapshots, ...) come only from the scheduler's identity, and an Exchange
 // stream only from the worker the scheduler configured as this stage's
-// upstream (StageConfig.upstream_identity), and a link Probe from any peer
-// of the cluster (a certificate signed by its CA). Identities are certificate
+// upstream (StageConfig.upstream_identity), and a link Probe or a
+// ProbeExchange stream from any peer of the cluster (a certificate signed
+// by its CA). Identities are certificate
 // names, so the checks are on under mutual TLS and off on plaintext
 // loopback (where every local process is trusted).
 //

@@ -1,5 +1,6 @@
 // Who may call a stage: control calls only the scheduler, Exchange only the
-// configured upstream, Probe any peer with a certificate of the cluster.
+// configured upstream, Probe and ProbeExchange any peer with a certificate
+// of the cluster.
 #include "services/worker/stage_access.h"
 
 #include "gtest/gtest.h"
@@ -17,15 +18,18 @@ PeerIdentity Peer(bool authenticated, const std::string& name) {
 
 TEST(StageAccessTest, ProbesComeFromAnyPeerOfTheCluster) {
   const StageAccess access(true, "pipetrain-scheduler");
-  EXPECT_TRUE(access.Check(Peer(true, "pipetrain-worker-2"), "Probe", "").ok());
-  EXPECT_TRUE(
-      access.Check(Peer(true, "pipetrain-scheduler"), "Probe", "").ok());
-  const absl::Status stranger =
-      access.Check(Peer(false, "10.0.0.9"), "Probe", "");
-  EXPECT_EQ(stranger.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_NE(stranger.message().find("only a peer of this cluster"),
-            std::string::npos)
-      << stranger;
+  for (const char* method : {"Probe", "ProbeExchange"}) {
+    EXPECT_TRUE(
+        access.Check(Peer(true, "pipetrain-worker-2"), method, "").ok());
+    EXPECT_TRUE(
+        access.Check(Peer(true, "pipetrain-scheduler"), method, "").ok());
+    const absl::Status stranger =
+        access.Check(Peer(false, "10.0.0.9"), method, "");
+    EXPECT_EQ(stranger.code(), absl::StatusCode::kPermissionDenied) << method;
+    EXPECT_NE(stranger.message().find("only a peer of this cluster"),
+              std::string::npos)
+        << stranger;
+  }
   // The same worker may not configure the stage or stream into it.
   EXPECT_EQ(
       access.Check(Peer(true, "pipetrain-worker-2"), "Configure", "").code(),

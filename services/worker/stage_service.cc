@@ -295,7 +295,18 @@ StageServiceImpl::Exchange(grpc::CallbackServerContext* context) {
         grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(
         ToGrpcStatus(allowed));
   }
-  return accept_exchange_(context);
+  return accept_exchange_(context, /*probe=*/false);
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+StageServiceImpl::ProbeExchange(grpc::CallbackServerContext* context) {
+  const absl::Status allowed = Admit(context, "ProbeExchange");
+  if (!allowed.ok()) {
+    return new RefusedCall<
+        grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(
+        ToGrpcStatus(allowed));
+  }
+  return accept_exchange_(context, /*probe=*/true);
 }
 
 grpc::ServerUnaryReactor* StageServiceImpl::Probe(

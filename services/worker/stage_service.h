@@ -1,5 +1,6 @@
 // The stage worker's gRPC service: control calls (Configure, Train, Stop,
-// GetStatus, GetWeights, Profile, GetTrace, Evaluate), link probes (Probe),
+// GetStatus, GetWeights, Profile, GetTrace, Evaluate), link probes (Probe,
+// and ProbeExchange on the stage stream's path),
 // the checkpoint calls
 // (Snapshot, FetchSnapshot, RestoreState) and the Exchange stream between
 // neighbouring stages, on the callback API.
@@ -32,13 +33,15 @@ namespace pipetrain {
 inline constexpr int64_t kMaxProbeBytes = 16 << 20;
 
 // Creates the reactor of one incoming Exchange stream (its upstream end)
-// for the call `context` (its peer names the stream in logs); gRPC owns it
-// once returned. Never null.
+// for the call `context` (its peer names the stream in logs), or of a
+// ProbeExchange stream when `probe`; gRPC owns it once returned. Never
+// null.
 using ExchangeAcceptor =
     std::function<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*(
-        grpc::CallbackServerContext* context)>;
+        grpc::CallbackServerContext* context, bool probe)>;
 
-// Every method on the callback API, Exchange as a raw (ByteBuffer) stream.
+// Every method on the callback API, Exchange and ProbeExchange as raw
+// (ByteBuffer) streams.
 using StageServiceBase = v1::StageService::WithCallbackMethod_Configure<
     v1::StageService::WithCallbackMethod_Train<v1::StageService::WithCallbackMethod_Stop<
         v1::StageService::WithCallbackMethod_GetStatus<
@@ -49,12 +52,12 @@ using StageServiceBase = v1::StageService::WithCallbackMethod_Configure<
                             v1::StageService::WithCallbackMethod_Snapshot<
                                 v1::StageService::WithCallbackMethod_FetchSnapshot<
                                     v1::StageService::WithCallbackMethod_RestoreState<
-                                        v1::StageService::
-                                            WithRawCallbackMethod_Exchange<
+                                        v1::StageService::WithRawCallbackMethod_Exchange<
+                                            v1::StageService::WithCallbackMethod_Probe<
                                                 v1::StageService::
-                                                    WithCallbackMethod_Probe<
+                                                    WithRawCallbackMethod_ProbeExchange<
                                                         v1::StageService::
-                                                            Service>>>>>>>>>>>>>;
+                                                            Service>>>>>>>>>>>>>>;
 
 class StageServiceImpl final : public StageServiceBase {
  public:
@@ -108,6 +111,8 @@ class StageServiceImpl final : public StageServiceBase {
       grpc::CallbackServerContext* context,
       v1::RestoreStateResponse* response) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Exchange(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ProbeExchange(
       grpc::CallbackServerContext* context) override;
   // Link probe: answered inline with the payload's size and reply_bytes
   // zero bytes; INVALID_ARGUMENT past kMaxProbeBytes either way.

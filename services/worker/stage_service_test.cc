@@ -49,9 +49,9 @@ class StageServiceTest : public ::testing::Test {
   void SetUp() override {
     host_ = std::make_unique<StageHost>(CreateCpuBackend(1), nullptr);
     service_ = std::make_unique<StageServiceImpl>(
-        host_.get(), [this](grpc::CallbackServerContext* context) {
+        host_.get(), [this](grpc::CallbackServerContext* context, bool probe) {
           return new UpstreamStream(host_.get(), size_t{1} << 20,
-                                    context->peer());
+                                    context->peer(), probe);
         });
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());

@@ -1,5 +1,8 @@
 #include "services/worker/stage_streams.h"
 
+#include <atomic>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -9,6 +12,9 @@ namespace pipetrain {
 namespace {
 
 constexpr char kExchangeMethod[] = "/pipetrain.v1.StageService/Exchange";
+
+// Whether this process has a message-cost probe stream open (at most one).
+std::atomic<bool> echo_stream_open{false};
 
 // The wire format stage `config` sends and expects.
 WireFormat StageWireFormat(const v1::StageConfig& config) {
@@ -234,9 +240,48 @@ class UpstreamStream::Link final : public StageLink {
   UpstreamStream* stream_ ABSL_GUARDED_BY(mu_);
 };
 
+// The server end of a message-cost probe: each message goes through a
+// mailbox to a thread of its own, which sends it back, as a stage's
+// executor takes a message from its mailbox and sends one of its own.
+class UpstreamStream::Echo {
+ public:
+  explicit Echo(UpstreamStream* stream)
+      : stream_(stream), thread_([this] { Loop(); }) {}
+  ~Echo() {
+    mailbox_.Fail(absl::CancelledError("the probe stream ended"));
+    thread_.join();
+  }
+  absl::Status Deliver(StageMessage message) {
+    // The client waits for each echo before it sends the next message: a
+    // few queued is already a client that does not.
+    if (mailbox_.size() >= 4) {
+      return absl::ResourceExhaustedError(
+          "a probe stream sent messages without waiting for their echoes");
+    }
+    return mailbox_.Deliver(std::move(message));
+  }
+
+ private:
+  void Loop() {
+    for (int64_t step = 0;; ++step) {
+      absl::StatusOr<StageMessage> message = mailbox_.Receive(
+          MessageKind::kActivation, step, 0, 0,
+          std::chrono::steady_clock::now() + std::chrono::hours(24));
+      if (!message.ok() || !stream_->Send(*std::move(message)).ok()) return;
+    }
+  }
+
+  UpstreamStream* const stream_;
+  Mailbox mailbox_;
+  std::thread thread_;  // last: it uses the members above
+};
+
 UpstreamStream::UpstreamStream(StageHost* host, size_t chunk_bytes,
-                               std::string peer)
-    : host_(host), chunk_bytes_(chunk_bytes), peer_(std::move(peer)) {
+                               std::string peer, bool probe)
+    : host_(host),
+      chunk_bytes_(chunk_bytes),
+      peer_(std::move(peer)),
+      probe_(probe) {
   assembler_.set_header_check(
       [this](MessageKind kind, const v1::FrameHeader& h) {
         return CheckHeader(kind, h);
@@ -246,6 +291,17 @@ UpstreamStream::UpstreamStream(StageHost* host, size_t chunk_bytes,
 
 absl::Status UpstreamStream::CheckHeader(MessageKind kind,
                                          const v1::FrameHeader& h) const {
+  if (echoing_) {
+    const StageMessage outline = MessageOutline(kind, h);
+    if (kind != MessageKind::kActivation || outline.tensors.size() != 1 ||
+        outline.tensors[0].numel() * 4 > kMaxEchoBytes ||
+        h.micro_batch() != 0 || h.chunk() != 0 || h.step() != echo_next_step_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a probe stream carries one float32 activation of at most ",
+          kMaxEchoBytes, " bytes a message, steps 0, 1, 2, ... in order"));
+    }
+    return absl::OkStatus();
+  }
   if (executor_ == nullptr) {
     return absl::FailedPreconditionError(
         "a stream must start with a HELLO frame naming its job");
@@ -258,7 +314,7 @@ absl::Status UpstreamStream::CheckHeader(MessageKind kind,
 }
 
 absl::Status UpstreamStream::Send(StageMessage message) {
-  if (host_->metrics() != nullptr) {
+  if (!echoing_ && host_->metrics() != nullptr) {
     host_->metrics()->CountMessage(StageMetrics::kSent, message.kind,
                                    WirePayloadBytes(message, format_));
   }
@@ -321,8 +377,26 @@ absl::Status UpstreamStream::HandleFrame() {
   ASSIGN_OR_RETURN(DecodedFrame decoded, assembler_.Add(in_));
   const v1::FrameHeader& h = decoded.header;
   if (h.kind() == v1::FRAME_KIND_HELLO) {
-    if (executor_ != nullptr) {
+    if (executor_ != nullptr || echoing_) {
       return absl::InvalidArgumentError("a second HELLO on one stream");
+    }
+    if (h.echo() != probe_) {
+      return absl::InvalidArgumentError(
+          probe_ ? "a ProbeExchange stream must start with an echo HELLO"
+                 : "an echo HELLO belongs on ProbeExchange, not Exchange");
+    }
+    if (probe_) {
+      if (!h.job_id().empty()) {
+        return absl::InvalidArgumentError("a probe stream names no job");
+      }
+      bool open = false;
+      if (!echo_stream_open.compare_exchange_strong(open, true)) {
+        return absl::ResourceExhaustedError(
+            "another message-cost probe is running on this worker");
+      }
+      echoing_ = true;
+      echo_ = std::make_unique<Echo>(this);
+      return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(executor_, host_->Executor(h.job_id()));
     const int stage = executor_->config().stage();
@@ -356,6 +430,10 @@ absl::Status UpstreamStream::HandleFrame() {
   }
   // Add ran CheckHeader on this frame: HELLO came first, the job matches.
   if (!decoded.message.has_value()) return absl::OkStatus();
+  if (echoing_) {
+    ++echo_next_step_;
+    return echo_->Deliver(std::move(*decoded.message));
+  }
   return DeliverTo(executor_.get(), host_->metrics(),
                    std::move(*decoded.message));
 }
@@ -395,6 +473,10 @@ void UpstreamStream::OnCancel() {
 
 void UpstreamStream::OnDone() {
   ReleaseLink();
+  if (echo_ != nullptr) {
+    echo_.reset();  // joins its thread, whose Send now fails
+    echo_stream_open = false;
+  }
   delete this;
 }
 

@@ -139,7 +139,18 @@ class UpstreamStream final
   // refused with AlreadyExists; the live one is never displaced). Every
   // frame's header then passes the stage's shape checks before anything
   // is allocated for its message. A rejected frame ends only its stream.
-  UpstreamStream(StageHost* host, size_t chunk_bytes, std::string peer = "");
+  //
+  // A `probe` stream (ProbeExchange) is a message-cost probe instead
+  // (MeasureStreamMessageCost): its HELLO has `echo` and names no job, it
+  // holds no stage, and each of its messages, one small float32 ACTIVATION
+  // at a time with steps 0, 1, 2, ... and at most kMaxEchoBytes of
+  // payload, goes through a mailbox to a thread of the stream's own, which
+  // sends it back. One such stream at a time per process (a second is
+  // refused with ResourceExhausted). A stage stream's HELLO must not have
+  // `echo`, nor a probe stream's lack it.
+  UpstreamStream(StageHost* host, size_t chunk_bytes, std::string peer = "",
+                 bool probe = false);
+  static constexpr int64_t kMaxEchoBytes = 64 << 10;
 
   // Queues a message to the upstream stage (called through its StageLink).
   absl::Status Send(StageMessage message);
@@ -151,6 +162,7 @@ class UpstreamStream final
 
  private:
   class Link;
+  class Echo;
   // Ends the stream with `status` once no write is in flight.
   void FinishWith(const grpc::Status& status);
   absl::Status HandleFrame();
@@ -163,6 +175,7 @@ class UpstreamStream final
   StageHost* const host_;  // borrowed
   const size_t chunk_bytes_;
   const std::string peer_;
+  const bool probe_;
   // Used only by read reactions.
   grpc::ByteBuffer in_;
   FrameAssembler assembler_;
@@ -172,6 +185,10 @@ class UpstreamStream final
   // Set by the HELLO, in a read reaction before any Send (the executor
   // gets the link, and so can send, only then).
   WireFormat format_;
+  // A probe stream (an echo HELLO): set before its echo thread starts.
+  bool echoing_ = false;
+  std::unique_ptr<Echo> echo_;  // read reactions and OnDone only
+  int64_t echo_next_step_ = 0;  // read reactions only
 
   // Held while a message is encoded.
   absl::Mutex encode_mu_;

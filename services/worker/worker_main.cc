@@ -36,6 +36,7 @@
 #include "services/worker/stage_access.h"
 #include "services/worker/stage_service.h"
 #include "services/worker/stage_streams.h"
+#include "services/worker/stream_probe.h"
 #include "services/worker/worker_agent.h"
 #include "worker/data/data_access.h"
 #include "worker/pipeline/profiler.h"
@@ -236,8 +237,10 @@ absl::Status Run() {
   // Identities are certificate names: the checks need TLS.
   StageServiceImpl service(
       &stage_host,
-      [&stage_host, chunk_bytes](grpc::CallbackServerContext* context) {
-        return new UpstreamStream(&stage_host, chunk_bytes, context->peer());
+      [&stage_host, chunk_bytes](grpc::CallbackServerContext* context,
+                                 bool probe) {
+        return new UpstreamStream(&stage_host, chunk_bytes, context->peer(),
+                                  probe);
       },
       StageAccess(security.tls(), absl::GetFlag(FLAGS_scheduler_identity)));
   // /metrics reads the backend: stop serving it before `stage_host` goes,
@@ -286,6 +289,21 @@ absl::Status Run() {
     PT_LOG(WARNING) << "cannot measure the message overhead on its own server "
                     << "(the planner falls back on link round trips): "
                     << cost.status();
+  }
+  // The same on a stage stream to its own server, the way a stage's
+  // messages go: the planner's message CPU and stream latency.
+  const absl::StatusOr<StreamMessageCost> stream_cost =
+      MeasureStreamMessageCost(absl::StrCat(host, ":", grpc_port));
+  if (stream_cost.ok()) {
+    info.set_stream_hop_seconds(stream_cost->hop_seconds);
+    info.set_message_cpu_seconds(stream_cost->cpu_seconds);
+    PT_LOG(INFO) << "stage stream: " << stream_cost->hop_seconds * 1e6
+                 << " us a message, CPU " << stream_cost->cpu_seconds * 1e6
+                 << " us per message end";
+  } else {
+    PT_LOG(WARNING) << "cannot measure a stage stream on its own server (the "
+                    << "planner uses the Probe calls' figures): "
+                    << stream_cost.status();
   }
   const std::string host_id = absl::GetFlag(FLAGS_host_id);
   if (host_id != "-") info.set_host_id(host_id.empty() ? HostId() : host_id);

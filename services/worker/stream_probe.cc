@@ -1,0 +1,212 @@
+#include "services/worker/stream_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/elapsed.h"
+#include "common/median.h"
+#include "common/status_macros.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "services/rpc/grpc_util.h"
+#include "services/wire/frame_codec.h"
+#include "services/worker/stage_streams.h"
+#include "worker/pipeline/mailbox.h"
+
+namespace pipetrain {
+namespace {
+
+constexpr char kProbeMethod[] = "/pipetrain.v1.StageService/ProbeExchange";
+constexpr int kCpuBatch = 10;
+
+// The client end of a probe stream: frames out through a write queue with
+// one write in flight, echoes decoded into a mailbox, as DownstreamStream
+// does for a stage. Thread-safe.
+class ProbeStream final
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit ProbeStream(const std::string& address)
+      : stub_(CreatePipetrainChannel(address)) {
+    assembler_.set_header_check([](MessageKind kind, const v1::FrameHeader& h) {
+      const StageMessage outline = MessageOutline(kind, h);
+      if (kind != MessageKind::kActivation || outline.tensors.size() != 1 ||
+          outline.tensors[0].numel() * 4 > UpstreamStream::kMaxEchoBytes) {
+        return absl::InvalidArgumentError(
+            "the probe's echo is not the small activation it sent");
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  void Start() {
+    stub_.PrepareBidiStreamingCall(&context_, kProbeMethod, grpc::StubOptions(),
+                                   this);
+    Enqueue({EncodeEchoHello()});
+    StartRead(&in_);
+    StartCall();
+  }
+
+  absl::Status Send(const StageMessage& message) {
+    ASSIGN_OR_RETURN(std::vector<grpc::ByteBuffer> frames,
+                     EncodeMessage("", message, v1::DTYPE_F32));
+    Enqueue(std::move(frames));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<StageMessage> Receive(int64_t step, double seconds) {
+    return mailbox_.Receive(
+        MessageKind::kActivation, step, 0, 0,
+        std::chrono::steady_clock::now() +
+            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                std::chrono::duration<double>(seconds)));
+  }
+
+  // Cancels the stream and waits until gRPC is done with it.
+  void Close() {
+    context_.TryCancel();
+    absl::MutexLock lock(&mu_);
+    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; };
+    mu_.Await(absl::Condition(&done));
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool start = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writes_.writing = false;
+      if (!ok) {
+        writes_.pending.clear();
+        return;
+      }
+      start = writes_.StartNext();
+    }
+    if (start) StartWrite(&writes_.current);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone says why
+    absl::StatusOr<DecodedFrame> decoded = assembler_.Add(in_);
+    absl::Status status = decoded.status();
+    if (status.ok() && decoded->message.has_value()) {
+      status = mailbox_.Deliver(std::move(*decoded->message));
+    }
+    if (!status.ok()) {
+      mailbox_.Fail(status);
+      context_.TryCancel();
+      return;
+    }
+    StartRead(&in_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    absl::Status why = FromGrpcStatus(status);
+    if (why.ok()) why = absl::UnavailableError("the server closed the stream");
+    mailbox_.Fail(why);
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+  }
+
+ private:
+  void Enqueue(std::vector<grpc::ByteBuffer> frames) {
+    bool start = false;
+    {
+      absl::MutexLock lock(&mu_);
+      for (grpc::ByteBuffer& f : frames) {
+        writes_.pending.push_back(std::move(f));
+      }
+      start = writes_.StartNext();
+    }
+    // Only this thread may touch `current` until OnWriteDone.
+    if (start) StartWrite(&writes_.current);
+  }
+
+  grpc::GenericStub stub_;
+  grpc::ClientContext context_;
+  // Used only by read reactions (one read in flight).
+  grpc::ByteBuffer in_;
+  FrameAssembler assembler_;
+  Mailbox mailbox_;
+  absl::Mutex mu_;
+  WriteQueue writes_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+absl::StatusOr<StreamMessageCost> MeasureStreamMessageCost(
+    const std::string& own_address, const StreamProbeOptions& options) {
+  if (options.messages < 1 || options.warmup < 0 || options.floats < 1 ||
+      options.floats * 4 > UpstreamStream::kMaxEchoBytes ||
+      !(options.gap_seconds >= 0) || !(options.batch_gap_seconds >= 0) ||
+      !(options.deadline_seconds > 0)) {
+    return absl::InvalidArgumentError("bad stream probe options");
+  }
+  ProbeStream stream(own_address);
+  stream.Start();
+  StageMessage message;
+  message.kind = MessageKind::kActivation;
+  message.tensors = {Tensor::Host({1, options.floats})};
+  float* values = message.tensors[0].f32();
+  for (int i = 0; i < options.floats; ++i) values[i] = 0.25f * i;
+
+  std::vector<double> round_trips;
+  std::vector<double> cpu_per_round;
+  const int rounds = options.warmup + options.messages;
+  const int batch = std::min(options.messages, kCpuBatch);
+  // The CPU of a batch counts its gaps too: what gRPC's threads do after
+  // a message has arrived (finishing a write, going back to sleep) is
+  // still the message's.
+  double batch_start = 0;
+  absl::Status failure;
+  for (int i = 0; i < rounds && failure.ok(); ++i) {
+    if (i == options.warmup) batch_start = ProcessCpuSeconds();
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(options.gap_seconds));
+    message.step = i;
+    const auto start = std::chrono::steady_clock::now();
+    failure = stream.Send(message);
+    if (!failure.ok()) break;
+    absl::StatusOr<StageMessage> echo =
+        stream.Receive(i, options.deadline_seconds);
+    const double seconds = SecondsSince(start);
+    if (!echo.ok()) {
+      failure = echo.status();
+      break;
+    }
+    if (echo->tensors.size() != 1 ||
+        echo->tensors[0].numel() != options.floats ||
+        !std::equal(values, values + options.floats, echo->tensors[0].f32())) {
+      failure =
+          absl::DataLossError("the probe's echo differs from what it sent");
+      break;
+    }
+    if (i < options.warmup) continue;
+    round_trips.push_back(seconds);
+    if (round_trips.size() % batch == 0) {
+      // Past the batch's last echo: its trailing work had the next gap.
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(options.gap_seconds));
+      cpu_per_round.push_back((ProcessCpuSeconds() - batch_start) / batch);
+      // Batches spread over a longer time: a burst of other work on the
+      // machine sways fewer of them.
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(options.batch_gap_seconds));
+      batch_start = ProcessCpuSeconds();
+    }
+  }
+  stream.Close();
+  if (!failure.ok()) {
+    return absl::Status(
+        failure.code(),
+        absl::StrCat("stream probe on ", own_address, ": ", failure.message()));
+  }
+  // A round trip: two messages, four message ends, all in this process.
+  return StreamMessageCost{Median(round_trips) / 2, Median(cpu_per_round) / 4};
+}
+
+}  // namespace pipetrain
