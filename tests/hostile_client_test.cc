@@ -185,12 +185,6 @@ std::vector<grpc::ByteBuffer> Activation(int64_t features,
   return frames.ok() ? *frames : std::vector<grpc::ByteBuffer>();
 }
 
-std::vector<grpc::ByteBuffer> Join(std::vector<grpc::ByteBuffer> a,
-                                   const std::vector<grpc::ByteBuffer>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 struct StreamAttack {
   std::string what;
   int worker;

@@ -67,6 +67,13 @@ class RawStream
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
+// `a`'s frames, then `b`'s.
+inline std::vector<grpc::ByteBuffer> Join(
+    std::vector<grpc::ByteBuffer> a, const std::vector<grpc::ByteBuffer>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 }  // namespace pipetrain::testing
 
 #endif  // PIPETRAIN_TESTS_RAW_STREAM_H_

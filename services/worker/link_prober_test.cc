@@ -192,12 +192,6 @@ std::vector<grpc::ByteBuffer> EchoMessage(int64_t step, int64_t floats,
   return frames.ok() ? *frames : std::vector<grpc::ByteBuffer>();
 }
 
-std::vector<grpc::ByteBuffer> Then(std::vector<grpc::ByteBuffer> a,
-                                   const std::vector<grpc::ByteBuffer>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 TEST_F(LinkProberTest, AProbeStreamThatBreaksItsRulesIsEnded) {
   v1::FrameHeader named;
   named.set_kind(v1::FRAME_KIND_HELLO);
@@ -217,13 +211,14 @@ TEST_F(LinkProberTest, AProbeStreamThatBreaksItsRulesIsEnded) {
   const int64_t too_many = UpstreamStream::kMaxEchoBytes / 4 + 1;
   const std::vector<std::pair<std::string, std::vector<grpc::ByteBuffer>>>
       broken = {
-          {"a job named", Then({named_hello}, EchoMessage(0, 8))},
+          {"a job named", testing::Join({named_hello}, EchoMessage(0, 8))},
           {"a message too large",
-           Then({EncodeEchoHello()}, EchoMessage(0, too_many))},
+           testing::Join({EncodeEchoHello()}, EchoMessage(0, too_many))},
           {"a step out of order",
-           Then(Then({EncodeEchoHello()}, EchoMessage(0, 8)),
-                EchoMessage(2, 8))},
-          {"a micro-batch", Then({EncodeEchoHello()}, EchoMessage(0, 8, 1))},
+           testing::Join(testing::Join({EncodeEchoHello()}, EchoMessage(0, 8)),
+                         EchoMessage(2, 8))},
+          {"a micro-batch",
+           testing::Join({EncodeEchoHello()}, EchoMessage(0, 8, 1))},
           {"a stage's HELLO", {EncodeHello("job-1", 0)}},
       };
   for (const auto& [what, frames] : broken) {
@@ -233,8 +228,8 @@ TEST_F(LinkProberTest, AProbeStreamThatBreaksItsRulesIsEnded) {
         << what;
   }
   // An echo HELLO on a stage's Exchange is refused too.
-  testing::RawStream stage_stream(target_.address(),
-                                  Then({EncodeEchoHello()}, EchoMessage(0, 8)));
+  testing::RawStream stage_stream(
+      target_.address(), testing::Join({EncodeEchoHello()}, EchoMessage(0, 8)));
   EXPECT_EQ(stage_stream.Await().error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   // A well-behaved probe still runs afterwards.

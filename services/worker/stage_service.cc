@@ -288,25 +288,25 @@ grpc::ServerReadReactor<v1::StateChunk>* StageServiceImpl::RestoreState(
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-StageServiceImpl::Exchange(grpc::CallbackServerContext* context) {
-  const absl::Status allowed = Admit(context, "Exchange");
+StageServiceImpl::AcceptStream(grpc::CallbackServerContext* context,
+                               const char* method, bool probe) {
+  const absl::Status allowed = Admit(context, method);
   if (!allowed.ok()) {
     return new RefusedCall<
         grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(
         ToGrpcStatus(allowed));
   }
-  return accept_exchange_(context, /*probe=*/false);
+  return accept_exchange_(context, probe);
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+StageServiceImpl::Exchange(grpc::CallbackServerContext* context) {
+  return AcceptStream(context, "Exchange", /*probe=*/false);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 StageServiceImpl::ProbeExchange(grpc::CallbackServerContext* context) {
-  const absl::Status allowed = Admit(context, "ProbeExchange");
-  if (!allowed.ok()) {
-    return new RefusedCall<
-        grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(
-        ToGrpcStatus(allowed));
-  }
-  return accept_exchange_(context, /*probe=*/true);
+  return AcceptStream(context, "ProbeExchange", /*probe=*/true);
 }
 
 grpc::ServerUnaryReactor* StageServiceImpl::Probe(

@@ -135,6 +135,9 @@ class StageServiceImpl final : public StageServiceBase {
   // the caller may not call `method`; null when it may.
   grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context,
                                    const char* method) const;
+  // An Exchange or ProbeExchange stream: refused, or the acceptor's.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AcceptStream(
+      grpc::CallbackServerContext* context, const char* method, bool probe);
 
   // Constant after construction.
   StageHost* const host_;  // borrowed
