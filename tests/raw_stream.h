@@ -16,17 +16,22 @@
 namespace pipetrain::testing {
 
 // Writes `frames` in order on `method` (Exchange unless named), then
-// closes its side. Await() blocks the test thread until gRPC has run OnDone
-// on its own.
+// closes its side unless told to stay open, reading what comes back unless
+// told not to. Await() blocks the test thread until gRPC has run OnDone on
+// its own (within `deadline_seconds`, the stream's deadline).
 class RawStream
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   RawStream(const std::string& address, std::vector<grpc::ByteBuffer> frames,
-            const std::string& method = "/pipetrain.v1.StageService/Exchange")
-      : stub_(CreatePipetrainChannel(address)), frames_(std::move(frames)) {
-    ctx_.set_deadline(DeadlineIn(20));
+            const std::string& method = "/pipetrain.v1.StageService/Exchange",
+            bool close_after = true, bool read = true,
+            double deadline_seconds = 20)
+      : stub_(CreatePipetrainChannel(address)),
+        frames_(std::move(frames)),
+        close_after_(close_after) {
+    ctx_.set_deadline(DeadlineIn(deadline_seconds));
     stub_.PrepareBidiStreamingCall(&ctx_, method, grpc::StubOptions(), this);
-    StartRead(&in_);
+    if (read) StartRead(&in_);
     Next();
     StartCall();
   }
@@ -52,13 +57,14 @@ class RawStream
   void Next() {
     if (next_ < frames_.size()) {
       StartWrite(&frames_[next_++]);
-    } else if (next_++ == frames_.size()) {
+    } else if (next_++ == frames_.size() && close_after_) {
       StartWritesDone();
     }
   }
   grpc::GenericStub stub_;
   grpc::ClientContext ctx_;
   std::vector<grpc::ByteBuffer> frames_;
+  const bool close_after_;
   size_t next_ = 0;
   grpc::ByteBuffer in_;
   absl::Mutex mu_;

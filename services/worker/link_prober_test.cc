@@ -31,7 +31,7 @@ class LinkProberTest : public ::testing::Test {
     service_ = std::make_unique<StageServiceImpl>(
         host_.get(), [this](grpc::CallbackServerContext* context, bool probe) {
           return new UpstreamStream(host_.get(), size_t{1} << 20,
-                                    context->peer(), probe);
+                                    context->peer(), probe, context);
         });
     int port = 0;
     auto server = StartGrpcServer("127.0.0.1:0", service_.get(), &port);
@@ -152,6 +152,19 @@ TEST_F(LinkProberTest, MeasuresAStageStreamOnItsOwnServer) {
   EXPECT_FALSE(MeasureStreamMessageCost("127.0.0.1:1", quick).ok());
 }
 
+// A stream probe, retried while the server still holds the place of one
+// that has just ended (it frees it when gRPC is done with that stream).
+absl::StatusOr<StreamMessageCost> ProbeOnceFree(
+    const std::string& address, const StreamProbeOptions& options) {
+  absl::StatusOr<StreamMessageCost> cost;
+  for (int i = 0; i < 100; ++i) {
+    cost = MeasureStreamMessageCost(address, options);
+    if (cost.status().code() != absl::StatusCode::kResourceExhausted) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return cost;
+}
+
 TEST_F(LinkProberTest, OneStreamProbeAtATime) {
   StreamProbeOptions slow;
   slow.messages = 100;
@@ -169,12 +182,8 @@ TEST_F(LinkProberTest, OneStreamProbeAtATime) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted)
       << second.status();
   // The first one's end frees the place.
-  absl::StatusOr<StreamMessageCost> third;
-  for (int i = 0; i < 50; ++i) {
-    third = MeasureStreamMessageCost(target_.address(), quick);
-    if (third.ok()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  absl::StatusOr<StreamMessageCost> third =
+      ProbeOnceFree(target_.address(), quick);
   EXPECT_TRUE(third.ok()) << third.status();
 }
 
@@ -233,7 +242,44 @@ TEST_F(LinkProberTest, AProbeStreamThatBreaksItsRulesIsEnded) {
   EXPECT_EQ(stage_stream.Await().error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   // A well-behaved probe still runs afterwards.
-  EXPECT_TRUE(MeasureStreamMessageCost(target_.address()).ok());
+  absl::StatusOr<StreamMessageCost> after =
+      ProbeOnceFree(target_.address(), StreamProbeOptions());
+  EXPECT_TRUE(after.ok()) << after.status();
+}
+
+// A probe stream that goes quiet, or whose client never reads its echoes,
+// is ended: it must not keep the worker's one probe place, nor pile up
+// echoes.
+TEST_F(LinkProberTest, AProbeStreamThatStallsIsEnded) {
+  const std::string method = "/pipetrain.v1.StageService/ProbeExchange";
+  const auto start = std::chrono::steady_clock::now();
+  testing::RawStream quiet(target_.address(), {EncodeEchoHello()}, method,
+                           /*close_after=*/false);
+  const grpc::Status idle = quiet.Await();
+  EXPECT_EQ(idle.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(idle.error_message().find("sent nothing"), std::string::npos)
+      << idle.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+
+  // 300 echoes of 64 KiB fill the flow-control windows of a client that
+  // reads none.
+  std::vector<grpc::ByteBuffer> frames = {EncodeEchoHello()};
+  for (int step = 0; step < 300; ++step) {
+    frames =
+        testing::Join(std::move(frames),
+                      EchoMessage(step, UpstreamStream::kMaxEchoBytes / 4));
+  }
+  // The server ends it (cancels it: its last write cannot finish) and
+  // frees the probe place, whatever the deaf client then sees (it may wait
+  // for its own deadline).
+  testing::RawStream deaf(target_.address(), std::move(frames), method,
+                          /*close_after=*/false, /*read=*/false,
+                          /*deadline_seconds=*/4);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  absl::StatusOr<StreamMessageCost> after =
+      ProbeOnceFree(target_.address(), StreamProbeOptions());
+  EXPECT_TRUE(after.ok()) << after.status();
+  deaf.Await();
 }
 
 TEST_F(LinkProberTest, RefusesProbesPastTheCap) {

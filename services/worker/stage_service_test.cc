@@ -51,7 +51,7 @@ class StageServiceTest : public ::testing::Test {
     service_ = std::make_unique<StageServiceImpl>(
         host_.get(), [this](grpc::CallbackServerContext* context, bool probe) {
           return new UpstreamStream(host_.get(), size_t{1} << 20,
-                                    context->peer(), probe);
+                                    context->peer(), probe, context);
         });
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());

@@ -264,12 +264,30 @@ class UpstreamStream::Echo {
  private:
   void Loop() {
     for (int64_t step = 0;; ++step) {
-      absl::StatusOr<StageMessage> message = mailbox_.Receive(
-          MessageKind::kActivation, step, 0, 0,
-          std::chrono::steady_clock::now() + std::chrono::hours(24));
-      if (!message.ok() || !stream_->Send(*std::move(message)).ok()) return;
+      absl::StatusOr<StageMessage> message =
+          mailbox_.Receive(MessageKind::kActivation, step, 0, 0,
+                           std::chrono::steady_clock::now() +
+                               std::chrono::seconds(kEchoIdleSeconds));
+      if (!message.ok()) {
+        // An idle probe must not keep the worker's one probe place.
+        if (absl::IsUnavailable(message.status())) {
+          stream_->FinishWith(
+              grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                           absl::StrCat("a probe stream sent nothing for ",
+                                        kEchoIdleSeconds, " s")));
+        }
+        return;
+      }
+      const absl::Status sent = stream_->Send(*std::move(message));
+      if (!sent.ok()) {
+        stream_->FinishWith(ToGrpcStatus(sent));  // no-op when finishing
+        return;
+      }
     }
   }
+
+  // A probe message comes every few milliseconds.
+  static constexpr int kEchoIdleSeconds = 5;
 
   UpstreamStream* const stream_;
   Mailbox mailbox_;
@@ -277,11 +295,13 @@ class UpstreamStream::Echo {
 };
 
 UpstreamStream::UpstreamStream(StageHost* host, size_t chunk_bytes,
-                               std::string peer, bool probe)
+                               std::string peer, bool probe,
+                               grpc::CallbackServerContext* context)
     : host_(host),
       chunk_bytes_(chunk_bytes),
       peer_(std::move(peer)),
-      probe_(probe) {
+      probe_(probe),
+      context_(context) {
   assembler_.set_header_check(
       [this](MessageKind kind, const v1::FrameHeader& h) {
         return CheckHeader(kind, h);
@@ -330,6 +350,11 @@ absl::Status UpstreamStream::Send(StageMessage message) {
     if (finishing_) {
       return absl::UnavailableError("the previous stage's stream is closed");
     }
+    // A probe whose client does not read its echoes must not pile them up.
+    if (echoing_ && writes_.pending.size() >= kMaxEchoPendingFrames) {
+      return absl::ResourceExhaustedError(
+          "a probe stream's client does not read its echoes");
+    }
     for (grpc::ByteBuffer& f : frames) writes_.pending.push_back(std::move(f));
     start = writes_.StartNext();
   }
@@ -345,6 +370,11 @@ void UpstreamStream::FinishWith(const grpc::Status& status) {
     writes_.pending.clear();
     if (writes_.writing) {  // OnWriteDone finishes
       finish_status_ = status;
+      // A probe's client that reads nothing would keep that write, and
+      // the stream, open for good: cancelling fails the write.
+      if (echoing_ && !status.ok() && context_ != nullptr) {
+        context_->TryCancel();
+      }
       return;
     }
   }
@@ -473,7 +503,7 @@ void UpstreamStream::OnCancel() {
 
 void UpstreamStream::OnDone() {
   ReleaseLink();
-  if (echo_ != nullptr) {
+  if (echoing_) {
     echo_.reset();  // joins its thread, whose Send now fails
     echo_stream_open = false;
   }

@@ -148,9 +148,16 @@ class UpstreamStream final
   // sends it back. One such stream at a time per process (a second is
   // refused with ResourceExhausted). A stage stream's HELLO must not have
   // `echo`, nor a probe stream's lack it.
+  // `context` (the call's, owned by gRPC; may be null) lets a probe stream
+  // that fails while its client reads nothing be cancelled.
   UpstreamStream(StageHost* host, size_t chunk_bytes, std::string peer = "",
-                 bool probe = false);
+                 bool probe = false,
+                 grpc::CallbackServerContext* context = nullptr);
   static constexpr int64_t kMaxEchoBytes = 64 << 10;
+  // Echoes a probe stream may have waiting to be written (its client reads
+  // each before it sends the next); past them the stream is ended, as it
+  // is after 5 s without a message.
+  static constexpr size_t kMaxEchoPendingFrames = 4;
 
   // Queues a message to the upstream stage (called through its StageLink).
   absl::Status Send(StageMessage message);
@@ -176,6 +183,7 @@ class UpstreamStream final
   const size_t chunk_bytes_;
   const std::string peer_;
   const bool probe_;
+  grpc::CallbackServerContext* const context_;  // owned by gRPC, may be null
   // Used only by read reactions.
   grpc::ByteBuffer in_;
   FrameAssembler assembler_;

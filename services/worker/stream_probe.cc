@@ -26,7 +26,9 @@ constexpr int kCpuBatch = 10;
 
 // The client end of a probe stream: frames out through a write queue with
 // one write in flight, echoes decoded into a mailbox, as DownstreamStream
-// does for a stage. Thread-safe.
+// does for a stage. A hold keeps the call alive until Close, so a write
+// after the server has ended the stream fails instead of touching a call
+// gRPC has freed. Thread-safe.
 class ProbeStream final
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
@@ -46,6 +48,7 @@ class ProbeStream final
   void Start() {
     stub_.PrepareBidiStreamingCall(&context_, kProbeMethod, grpc::StubOptions(),
                                    this);
+    AddHold();  // until Close
     Enqueue({EncodeEchoHello()});
     StartRead(&in_);
     StartCall();
@@ -66,12 +69,16 @@ class ProbeStream final
                 std::chrono::duration<double>(seconds)));
   }
 
-  // Cancels the stream and waits until gRPC is done with it.
-  void Close() {
+  // Cancels the stream and waits until gRPC is done with it; no Send
+  // after. The stream's status: CANCELLED when it was still open, else how
+  // the server ended it.
+  absl::Status Close() {
     context_.TryCancel();
+    RemoveHold();
     absl::MutexLock lock(&mu_);
     auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; };
     mu_.Await(absl::Condition(&done));
+    return status_;
   }
 
   void OnWriteDone(bool ok) override {
@@ -89,7 +96,10 @@ class ProbeStream final
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone says why
+    if (!ok) {  // the stream ended; Close gives its status
+      mailbox_.Fail(absl::UnavailableError("the probe stream ended"));
+      return;
+    }
     absl::StatusOr<DecodedFrame> decoded = assembler_.Add(in_);
     absl::Status status = decoded.status();
     if (status.ok() && decoded->message.has_value()) {
@@ -108,6 +118,7 @@ class ProbeStream final
     if (why.ok()) why = absl::UnavailableError("the server closed the stream");
     mailbox_.Fail(why);
     absl::MutexLock lock(&mu_);
+    status_ = why;
     done_ = true;
   }
 
@@ -134,6 +145,7 @@ class ProbeStream final
   absl::Mutex mu_;
   WriteQueue writes_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -199,7 +211,12 @@ absl::StatusOr<StreamMessageCost> MeasureStreamMessageCost(
       batch_start = ProcessCpuSeconds();
     }
   }
-  stream.Close();
+  const absl::Status ended = stream.Close();
+  // The server's reason, where it ended the stream first (it refused the
+  // probe, or a message).
+  if (!failure.ok() && !ended.ok() && !absl::IsCancelled(ended)) {
+    failure = ended;
+  }
   if (!failure.ok()) {
     return absl::Status(
         failure.code(),

@@ -240,7 +240,7 @@ absl::Status Run() {
       [&stage_host, chunk_bytes](grpc::CallbackServerContext* context,
                                  bool probe) {
         return new UpstreamStream(&stage_host, chunk_bytes, context->peer(),
-                                  probe);
+                                  probe, context);
       },
       StageAccess(security.tls(), absl::GetFlag(FLAGS_scheduler_identity)));
   // /metrics reads the backend: stop serving it before `stage_host` goes,
