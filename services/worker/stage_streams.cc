@@ -370,11 +370,13 @@ void UpstreamStream::FinishWith(const grpc::Status& status) {
     writes_.pending.clear();
     if (writes_.writing) {  // OnWriteDone finishes
       finish_status_ = status;
-      // A probe's client that reads nothing would keep that write, and
-      // the stream, open for good: cancelling fails the write.
-      if (echoing_ && !status.ok() && context_ != nullptr) {
-        context_->TryCancel();
-      }
+      // A probe ended for not keeping up with its echoes, or for going
+      // quiet: a client that reads nothing would keep that write, and the
+      // stream, open for good; cancelling fails the write.
+      const bool stalled =
+          status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      if (echoing_ && stalled && context_ != nullptr) context_->TryCancel();
       return;
     }
   }
