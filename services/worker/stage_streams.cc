@@ -88,6 +88,20 @@ bool WriteQueue::StartNext() {
   return true;
 }
 
+bool WriteQueue::Push(std::vector<grpc::ByteBuffer> frames) {
+  for (grpc::ByteBuffer& f : frames) pending.push_back(std::move(f));
+  return StartNext();
+}
+
+bool WriteQueue::WriteDone(bool ok) {
+  writing = false;
+  if (!ok) {
+    pending.clear();
+    return false;
+  }
+  return StartNext();
+}
+
 // ---- DownstreamStream ----
 
 DownstreamStream::DownstreamStream(const std::string& address,
@@ -139,8 +153,7 @@ void DownstreamStream::Enqueue(std::vector<grpc::ByteBuffer> frames) {
   bool start = false;
   {
     absl::MutexLock lock(&mu_);
-    for (grpc::ByteBuffer& f : frames) writes_.pending.push_back(std::move(f));
-    start = writes_.StartNext();
+    start = writes_.Push(std::move(frames));
   }
   // Only this thread may touch `current` until OnWriteDone.
   if (start) StartWrite(&writes_.current);
@@ -173,13 +186,8 @@ void DownstreamStream::OnWriteDone(bool ok) {
   bool start = false;
   {
     absl::MutexLock lock(&mu_);
-    writes_.writing = false;
-    if (!ok) {
-      broken_ = true;
-      writes_.pending.clear();
-      return;
-    }
-    start = writes_.StartNext();
+    start = writes_.WriteDone(ok);
+    if (!ok) broken_ = true;
   }
   if (start) StartWrite(&writes_.current);
 }
@@ -309,13 +317,18 @@ UpstreamStream::UpstreamStream(StageHost* host, size_t chunk_bytes,
   StartRead(&in_);
 }
 
+bool UpstreamStream::IsEchoSized(MessageKind kind,
+                                 const v1::FrameHeader& header) {
+  const StageMessage outline = MessageOutline(kind, header);
+  return kind == MessageKind::kActivation && outline.tensors.size() == 1 &&
+         outline.tensors[0].numel() * 4 <= kMaxEchoBytes;
+}
+
 absl::Status UpstreamStream::CheckHeader(MessageKind kind,
                                          const v1::FrameHeader& h) const {
   if (echoing_) {
-    const StageMessage outline = MessageOutline(kind, h);
-    if (kind != MessageKind::kActivation || outline.tensors.size() != 1 ||
-        outline.tensors[0].numel() * 4 > kMaxEchoBytes ||
-        h.micro_batch() != 0 || h.chunk() != 0 || h.step() != echo_next_step_) {
+    if (!IsEchoSized(kind, h) || h.micro_batch() != 0 || h.chunk() != 0 ||
+        h.step() != echo_next_step_) {
       return absl::InvalidArgumentError(absl::StrCat(
           "a probe stream carries one float32 activation of at most ",
           kMaxEchoBytes, " bytes a message, steps 0, 1, 2, ... in order"));
@@ -355,8 +368,7 @@ absl::Status UpstreamStream::Send(StageMessage message) {
       return absl::ResourceExhaustedError(
           "a probe stream's client does not read its echoes");
     }
-    for (grpc::ByteBuffer& f : frames) writes_.pending.push_back(std::move(f));
-    start = writes_.StartNext();
+    start = writes_.Push(std::move(frames));
   }
   if (start) StartWrite(&writes_.current);
   return absl::OkStatus();

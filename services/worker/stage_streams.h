@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -46,6 +47,11 @@ struct WriteQueue {
   // Moves the next frame into `current` when no write is in flight; true
   // when the caller must start writing `current`.
   bool StartNext();
+  // Queues `frames`, then StartNext.
+  bool Push(std::vector<grpc::ByteBuffer> frames);
+  // The write in flight finished (`ok`: it went out), then StartNext; a
+  // failed write drops what is pending (false).
+  bool WriteDone(bool ok);
 };
 
 // Error feedback of one link's quantized gradients: for each model chunk
@@ -158,6 +164,9 @@ class UpstreamStream final
   // each before it sends the next); past them the stream is ended, as it
   // is after 5 s without a message.
   static constexpr size_t kMaxEchoPendingFrames = 4;
+  // Whether a frame announces what a probe stream carries, either way: one
+  // float32 ACTIVATION tensor of at most kMaxEchoBytes.
+  static bool IsEchoSized(MessageKind kind, const v1::FrameHeader& header);
 
   // Queues a message to the upstream stage (called through its StageLink).
   absl::Status Send(StageMessage message);

@@ -35,9 +35,7 @@ class ProbeStream final
   explicit ProbeStream(const std::string& address)
       : stub_(CreatePipetrainChannel(address)) {
     assembler_.set_header_check([](MessageKind kind, const v1::FrameHeader& h) {
-      const StageMessage outline = MessageOutline(kind, h);
-      if (kind != MessageKind::kActivation || outline.tensors.size() != 1 ||
-          outline.tensors[0].numel() * 4 > UpstreamStream::kMaxEchoBytes) {
+      if (!UpstreamStream::IsEchoSized(kind, h)) {
         return absl::InvalidArgumentError(
             "the probe's echo is not the small activation it sent");
       }
@@ -85,12 +83,7 @@ class ProbeStream final
     bool start = false;
     {
       absl::MutexLock lock(&mu_);
-      writes_.writing = false;
-      if (!ok) {
-        writes_.pending.clear();
-        return;
-      }
-      start = writes_.StartNext();
+      start = writes_.WriteDone(ok);
     }
     if (start) StartWrite(&writes_.current);
   }
@@ -127,10 +120,7 @@ class ProbeStream final
     bool start = false;
     {
       absl::MutexLock lock(&mu_);
-      for (grpc::ByteBuffer& f : frames) {
-        writes_.pending.push_back(std::move(f));
-      }
-      start = writes_.StartNext();
+      start = writes_.Push(std::move(frames));
     }
     // Only this thread may touch `current` until OnWriteDone.
     if (start) StartWrite(&writes_.current);
