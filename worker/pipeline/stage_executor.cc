@@ -51,6 +51,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
       std::move(inputs), std::move(outputs));
   stage->next_step_ = config.start_step();
   stage->until_step_ = config.start_step();
+  stage->announced_until_ = config.start_step();
   if (metrics != nullptr) {
     metrics->stage_index()->Set(config.stage());
     metrics->theoretical_bubble()->Set(TheoreticalBubble(params, SimCosts()));
@@ -69,13 +70,27 @@ absl::Status StageExecutor::ValidateIncoming(const StageMessage& msg) const {
   // Cross-step: gradients of an earlier step's micro-batches arrive while
   // a later step runs.
   const int64_t next = next_step_.load();
-  const StepWindow steps = {next - compute_->setup().lookback,
-                            std::max(until_step_.load(), next + 1)};
+  const StepWindow steps = {
+      next - compute_->setup().lookback,
+      std::max({until_step_.load(), next + 1,
+                std::min(announced_until_.load(), next + 2)})};
   // The pass in progress, and the next one (an upstream stage may have
   // finished this one and begun the next).
   const int64_t passes = evaluation_passes_.load();
   const StepWindow evaluations = {passes - 1, passes + 1};
-  return incoming_->Check(msg, steps, evaluations);
+  RETURN_IF_ERROR(incoming_->Check(msg, steps, evaluations));
+  // Stage 0 decided before the step's first forward that the run goes on
+  // (CommitStep), so it may send the next step's activations before this
+  // stage has run this one's, or been told to train at all; at most one
+  // step past the one this stage is at (a warm-up is at most M forwards).
+  if (msg.kind == MessageKind::kActivation &&
+      msg.value != static_cast<int>(StepEnd::kEndRun)) {
+    int64_t seen = announced_until_.load();
+    while (seen < msg.step + 2 &&
+           !announced_until_.compare_exchange_weak(seen, msg.step + 2)) {
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status StageExecutor::ValidateIncomingShape(

@@ -114,7 +114,13 @@ class StageExecutor {
 
   // Checks a message from a neighbour before it is delivered: kind, step
   // (or evaluation pass), micro-batch, chunk, tensor count, shapes and
-  // dtypes (float32). InvalidArgument says what is wrong.
+  // dtypes (float32). InvalidArgument says what is wrong. The steps taken
+  // run from the oldest a stream may still reach back to (lookback) to the
+  // last the stage has been told to train, or that the upstream stage has
+  // committed to: an accepted activation of step t that does not end the
+  // run admits step t + 1, even before this stage has been told to train
+  // it (a deep cross-step warm-up runs stage 0 a whole step ahead), but
+  // never more than one step past next_step().
   absl::Status ValidateIncoming(const StageMessage& message) const;
   // The same checks but the step window, for a message whose frames are
   // still to come (the window moves while they arrive); `outline`'s
@@ -251,6 +257,9 @@ class StageExecutor {
 
   std::atomic<int64_t> next_step_{0};
   std::atomic<int64_t> until_step_{0};
+  // One past the last step the upstream stage has committed to, by the
+  // activations ValidateIncoming accepted (start_step until one arrives).
+  mutable std::atomic<int64_t> announced_until_{0};
   // Evaluation passes this stage has started (numbers the next one's
   // messages; equal on every stage of a job between passes).
   std::atomic<int64_t> evaluation_passes_{0};

@@ -195,6 +195,57 @@ TEST(StageExecutor, AsyncTargetsMoveWhileTrainingToPauseAndResume) {
   }
 }
 
+// A deep warm-up (CrossStepWarmup = M on stage 0) runs stage 0's whole
+// first step as forwards, so it sends the next step's first activation
+// with no gradient back yet: stage 1 takes it even before it is told to
+// train (its step 0 activations said the run goes on), and the pipeline
+// trains exactly as one started last stage first, as the scheduler does.
+TEST(StageExecutor, AStageTakesTheStepItsUpstreamCommittedToBeforeItTrains) {
+  const v1::TrainingSpec spec = AsyncSpec();
+  auto deep = [](v1::StageConfig* c) { c->set_extra_warmup(3); };
+  Pipeline want =
+      BuildPipeline(spec, {2, 5}, v1::SCHEDULE_ASYNC_1F1B, false, {}, deep);
+  for (size_t s = want.stages.size(); s-- > 0;) {
+    ASSERT_TRUE(want.stages[s]->Train(spec.steps()).ok());
+  }
+  for (auto& stage : want.stages) ASSERT_TRUE(stage->Wait().ok());
+
+  Pipeline p =
+      BuildPipeline(spec, {2, 5}, v1::SCHEDULE_ASYNC_1F1B, false, {}, deep);
+  ASSERT_TRUE(p.stages[0]->Train(spec.steps()).ok());
+  auto sent_step_one = [&p] {
+    const v1::GetTraceResponse trace = p.stages[0]->Trace(0);
+    for (const auto& e : trace.events()) {
+      if (e.op() == "SendA" && e.step() == 1) return true;
+    }
+    return false;
+  };
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!sent_step_one() &&
+         p.stages[0]->GetStatus(0).state() != v1::STAGE_STATE_FAILED &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(p.stages[0]->GetStatus(0).state(), v1::STAGE_STATE_RUNNING)
+      << p.stages[0]->Wait();
+  ASSERT_TRUE(sent_step_one());
+  EXPECT_EQ(p.stages[1]->next_step(), 0);
+  for (size_t s = 1; s < p.stages.size(); ++s) {
+    ASSERT_TRUE(p.stages[s]->Train(spec.steps()).ok());
+  }
+  for (auto& stage : p.stages) ASSERT_TRUE(stage->Wait().ok()) << stage->Wait();
+  const auto got = p.stages.back()->GetStatus(0);
+  const auto reference = want.stages.back()->GetStatus(0);
+  ASSERT_EQ(got.results_size(), spec.steps());
+  ASSERT_EQ(reference.results_size(), spec.steps());
+  for (int t = 0; t < spec.steps(); ++t) {
+    EXPECT_EQ(got.results(t).loss(), reference.results(t).loss())
+        << "step " << t;
+  }
+  EXPECT_EQ(WeightsByName(p), WeightsByName(want));
+}
+
 // PipeDream-2BW: one update per step, right after its last backward; every
 // micro-batch of step t runs forward and backward with version
 // max(0, t - 1) (the version after step t - 2's update: W(t+1) = W(t) -

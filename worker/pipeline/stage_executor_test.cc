@@ -372,6 +372,28 @@ TEST(StageExecutor, BadConfigsAndMessagesAreRejected) {
   bad.kind = MessageKind::kGradient;
   EXPECT_EQ((*stage)->ValidateIncoming(bad).code(),
             absl::StatusCode::kInvalidArgument);
+
+  // A stage that has not trained takes step 0; step 1 once an activation
+  // of step 0 said the run goes on (stage 0 has committed to step 1), but
+  // never step 2, however many later activations say so.
+  auto idle = StageExecutor::Create(config, backend.get());
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  StageMessage ahead = good;
+  ahead.step = 1;
+  EXPECT_EQ((*idle)->ValidateIncoming(ahead).code(),
+            absl::StatusCode::kInvalidArgument);
+  StageMessage last = good;
+  last.value = static_cast<int>(StepEnd::kEndRun);
+  EXPECT_TRUE((*idle)->ValidateIncoming(last).ok());
+  EXPECT_EQ((*idle)->ValidateIncoming(ahead).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*idle)->ValidateIncoming(good).ok());
+  EXPECT_TRUE((*idle)->ValidateIncoming(ahead).ok())
+      << (*idle)->ValidateIncoming(ahead);
+  StageMessage further = good;
+  further.step = 2;
+  EXPECT_EQ((*idle)->ValidateIncoming(further).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(StageExecutor, AMissingNeighbourFailsTheStepInBoundedTime) {
