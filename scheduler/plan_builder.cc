@@ -501,8 +501,9 @@ absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
   out.set_predicted_bubble(bubble);
   out.set_predicted_step_seconds(request.micro_batches *
                                  out.bottleneck_seconds() / (1.0 - bubble));
+  std::string sharing;
   const double simulated =
-      v == 1 ? SimulatedStep(in.spec, request, planned.stages) : -1;
+      v == 1 ? SimulatedStep(in.spec, request, planned.stages, &sharing) : -1;
   if (simulated > 0) {
     out.set_predicted_step_seconds(simulated);
   } else {
@@ -543,8 +544,8 @@ absl::StatusOr<v1::Plan> BuildPlan(const PlanInputs& in) {
   if (simulated > 0) {
     absl::StrAppendFormat(&links,
                           "the schedule simulated with these links and "
-                          "message costs: a step of %.3f ms\n",
-                          simulated * 1e3);
+                          "message costs: a step of %.3f ms%s\n",
+                          simulated * 1e3, sharing);
   }
   out.set_explanation(absl::StrCat(
       out.explanation(), "\n", links, shared.explanation, warmup_note,

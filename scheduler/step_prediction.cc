@@ -113,6 +113,32 @@ StageWork WorkOf(const PlanRequest& request, const StageAssignment& stage) {
   return work;
 }
 
+// The machines the stages' workers run on (PlannerWorker::host_id and
+// host_cpus), for SimulatedStep; false when none is known. A message end
+// takes the CPU the workers measured beyond the overhead a stage's passes
+// already charge it.
+bool MachinesOf(const PlanRequest& request,
+                const std::vector<StageAssignment>& stages,
+                SimMachines* machines) {
+  std::map<std::string, int> index;
+  bool known = false;
+  for (const StageAssignment& stage : stages) {
+    const PlannerWorker& w = request.workers[stage.worker];
+    if (w.host_id.empty() || w.host_cpus <= 0) {
+      machines->machine_of.push_back(-1);
+      continue;
+    }
+    auto [it, added] =
+        index.emplace(w.host_id, static_cast<int>(machines->cpus.size()));
+    if (added) machines->cpus.push_back(w.host_cpus);
+    machines->machine_of.push_back(it->second);
+    known = true;
+  }
+  machines->message_cpu = std::max(
+      0.0, request.message_cpu_seconds - request.message_overhead_seconds);
+  return known;
+}
+
 int DistinctWorkers(const std::vector<StageAssignment>& stages) {
   std::set<int> workers;
   for (const StageAssignment& stage : stages) workers.insert(stage.worker);
@@ -173,7 +199,9 @@ double OptimizerSecondsPerStep(const v1::JobSpec& spec,
 }
 
 double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
-                     const std::vector<StageAssignment>& stages) {
+                     const std::vector<StageAssignment>& stages,
+                     std::string* note) {
+  if (note != nullptr) note->clear();
   absl::StatusOr<ScheduleKind> kind = ScheduleKindFromProto(spec.schedule());
   if (!kind.ok() ||
       !(*kind == ScheduleKind::kGPipe ||
@@ -228,6 +256,15 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
                         request.stream_extra_seconds;
     }
   }
+  SimMachines machines;
+  const SimMachines* shared =
+      MachinesOf(request, stages, &machines) ? &machines : nullptr;
+  if (shared != nullptr && note != nullptr) {
+    *note = absl::StrFormat(
+        " (the stages and their messages sharing their machines' CPUs, "
+        "%.3f ms of CPU a message end beyond its stage's)",
+        machines.message_cpu * 1e3);
+  }
   ScheduleParams params;
   params.kind = *kind;
   params.num_stages = k;
@@ -239,15 +276,16 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
     constexpr int kSteadySteps = 4;
     params.extra_warmup = request.extra_warmup;
     const SimResult longer =
-        SimulateSteps(params, kSteadySteps + 2, SimCosts{}, costs);
-    const SimResult shorter = SimulateSteps(params, 2, SimCosts{}, costs);
+        SimulateSteps(params, kSteadySteps + 2, SimCosts{}, costs, shared);
+    const SimResult shorter =
+        SimulateSteps(params, 2, SimCosts{}, costs, shared);
     if (!longer.status.ok() || longer.deadlock || !shorter.status.ok() ||
         shorter.deadlock) {
       return -1;
     }
     return (longer.makespan - shorter.makespan) / kSteadySteps;
   }
-  const SimResult result = Simulate(params, SimCosts{}, costs);
+  const SimResult result = Simulate(params, SimCosts{}, costs, shared);
   if (!result.status.ok() || result.deadlock) return -1;
   return result.makespan;
 }

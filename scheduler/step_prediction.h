@@ -64,9 +64,15 @@ double OptimizerSecondsPerStep(const v1::JobSpec& spec,
 // activation link to s + 1 and gradient link to s - 1 carry one message per
 // micro-batch each, occupying the link bytes / bandwidth and arriving a
 // latency later (the link's one-way time plus
-// request.stream_extra_seconds).
+// request.stream_extra_seconds). Where the workers' machines are known
+// (PlannerWorker::host_id, host_cpus) the stages and their messages share
+// each machine's CPUs (SimMachines): a message end takes
+// request.message_cpu_seconds less the overhead its stage's pass already
+// charges, on its machine's CPUs, before the message arrives; then `note`
+// (when given) says so, else it is left empty.
 double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
-                     const std::vector<StageAssignment>& stages);
+                     const std::vector<StageAssignment>& stages,
+                     std::string* note = nullptr);
 
 // A step's floor where stages share a machine's CPUs: on each machine
 // (PlannerWorker::host_id; workers with no id or no CPU count are left

@@ -194,10 +194,29 @@ struct SimResult {
   absl::Status status;
 };
 
+// Machines whose CPUs stages share. Without it each stage runs on a CPU of
+// its own and a message costs no CPU beyond its stage's passes. With it a
+// stage's passes and each message's CPU share its machine's CPUs: while n
+// of them run on a machine of c CPUs, each advances at min(1, c / n) of
+// its own speed (processor sharing; a stage runs on one thread). A message
+// takes message_cpu on its sender's machine and then on its receiver's,
+// from the moment it is sent, and arrives once both are done and its
+// latency (SimCosts::send after its transfer) has passed: when the CPUs
+// are free the latency alone counts, as without machines.
+struct SimMachines {
+  // Per stage: its machine, an index into `cpus`; -1: one of its own that
+  // is never short of a CPU (and runs its end of a message at once).
+  std::vector<int> machine_of;
+  std::vector<int> cpus;     // per machine, >= 1
+  double message_cpu = 0.0;  // per message end, beyond the passes' share
+};
+
 // Runs the K streams against each other with the given costs (uniform over
-// stages, or per stage when `per_stage` is not empty).
+// stages, or per stage when `per_stage` is not empty), on `machines` when
+// given.
 SimResult Simulate(const ScheduleParams& params, const SimCosts& costs,
-                   const std::vector<SimCosts>& per_stage = {});
+                   const std::vector<SimCosts>& per_stage = {},
+                   const SimMachines* machines = nullptr);
 
 // Simulates `num_steps` consecutive steps of a continuous run (step 0
 // warms up, step num_steps - 1 cools down): each stage runs its steps'
@@ -207,7 +226,8 @@ SimResult Simulate(const ScheduleParams& params, const SimCosts& costs,
 // InvalidArgument when num_steps < 1.
 SimResult SimulateSteps(const ScheduleParams& params, int num_steps,
                         const SimCosts& costs,
-                        const std::vector<SimCosts>& per_stage = {});
+                        const std::vector<SimCosts>& per_stage = {},
+                        const SimMachines* machines = nullptr);
 
 // Runs hand-written streams against each other: streams[s] is stage s's
 // stream (K = streams.size()); an instruction of chunk c belongs to virtual
@@ -215,7 +235,8 @@ SimResult SimulateSteps(const ScheduleParams& params, int num_steps,
 // modified schedules and the simulator itself.
 SimResult SimulateStreams(const std::vector<std::vector<Instruction>>& streams,
                           int virtual_stages,
-                          const std::vector<SimCosts>& per_stage);
+                          const std::vector<SimCosts>& per_stage,
+                          const SimMachines* machines = nullptr);
 
 // The bubble fraction theory predicts for a kind with uniform costs, e.g.
 // GPipe: (K - 1) / (M + K - 1); for the cross-step kinds that of one

@@ -7,9 +7,16 @@
 // stages can be advanced one at a time as far as their messages allow;
 // the result equals an event-ordered run. When no stage can advance and
 // some are unfinished, the streams deadlock.
+//
+// On shared machines (SimMachines) a stage's progress depends on what else
+// runs on its machine at the same time, so the run is event-ordered
+// instead: time moves to the next end of a pass, of a message's CPU or of
+// its latency, with every runnable stage and message advancing at its
+// machine's share meanwhile.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,7 +90,7 @@ class PipelineSim {
 
   absl::Status Validate();
   absl::Status CheckSendsAreUnique();
-  SimResult Run();
+  SimResult Run(const SimMachines* machines);
 
  private:
   // The virtual stage a message from / to `in` on stage s goes to / comes
@@ -102,8 +109,14 @@ class PipelineSim {
                          const SimCosts& c) const;
   // Runs stage s's next instruction; false when it waits for a message.
   bool TryStep(int s);
+  // A send by stage s at `at`: takes its link (queued behind the link's
+  // last message) and returns when its latency has passed.
+  double SendReady(int s, const Instruction& in, double at);
   void Account(StageState& st, OpKind op);
   std::string BlockedDetail() const;
+  // Runs every stream to its end (or a deadlock) on shared machines.
+  absl::Status RunShared(const SimMachines& machines);
+  SimResult Result();
 
   // Constant after construction.
   const std::vector<std::vector<Instruction>>& streams_;
@@ -278,18 +291,192 @@ bool PipelineSim::TryStep(int s) {
   st.clock = start + duration;
   st.busy += duration;
   if (IsSend(in.op)) {
-    const SimCosts& c = costs_[s];
-    const bool gradient = IsGradientMessage(in.op);
-    double& free_at = link_free_[2 * s + (gradient ? 1 : 0)];
-    free_at = std::max(st.clock, free_at) +
-              (gradient ? c.gradient_transfer : c.activation_transfer);
-    const double latency =
-        gradient && c.gradient_send >= 0.0 ? c.gradient_send : c.send;
-    Mailbox(gradient, Peer(s, in), in.micro_batch) = free_at + latency;
+    Mailbox(IsGradientMessage(in.op), Peer(s, in), in.micro_batch) =
+        SendReady(s, in, st.clock);
   }
   Account(st, in.op);
   ++st.pc;
   return true;
+}
+
+double PipelineSim::SendReady(int s, const Instruction& in, double at) {
+  const SimCosts& c = costs_[s];
+  const bool gradient = IsGradientMessage(in.op);
+  double& free_at = link_free_[2 * s + (gradient ? 1 : 0)];
+  free_at = std::max(at, free_at) +
+            (gradient ? c.gradient_transfer : c.activation_transfer);
+  const double latency =
+      gradient && c.gradient_send >= 0.0 ? c.gradient_send : c.send;
+  return free_at + latency;
+}
+
+namespace {
+
+absl::Status ValidateMachines(const SimMachines& machines, int num_stages) {
+  if (static_cast<int>(machines.machine_of.size()) != num_stages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("need a machine for each of the ", num_stages,
+                     " stages, got ", machines.machine_of.size()));
+  }
+  for (int machine : machines.machine_of) {
+    if (machine < -1 || machine >= static_cast<int>(machines.cpus.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no machine ", machine, " (", machines.cpus.size(), " machines)"));
+    }
+  }
+  for (int cpus : machines.cpus) {
+    if (cpus < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a machine needs at least 1 CPU, got ", cpus));
+    }
+  }
+  if (!(machines.message_cpu >= 0.0) || !std::isfinite(machines.message_cpu)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "message_cpu must be finite and >= 0, got ", machines.message_cpu));
+  }
+  return absl::OkStatus();
+}
+
+// A stage's pass in progress on a shared machine.
+struct SharedPass {
+  bool running = false;
+  double length = 0.0;     // at full speed
+  double remaining = 0.0;  // of `length`
+  double started = 0.0;
+};
+
+// A message on its way: its sender's end, then its receiver's, take CPU
+// on their machines; it arrives once both are done and `ready` has come.
+struct SharedMessage {
+  bool gradient = false;
+  int to = 0;  // virtual stage
+  int micro_batch = 0;
+  int machine[2] = {-1, -1};
+  int end = 0;  // 0, 1: whose CPU it takes now; 2: its CPU is done
+  double remaining = 0.0;
+  double ready = 0.0;
+};
+
+}  // namespace
+
+absl::Status PipelineSim::RunShared(const SimMachines& machines) {
+  RETURN_IF_ERROR(ValidateMachines(machines, num_stages_));
+  std::vector<SharedPass> passes(num_stages_);
+  std::vector<SharedMessage> messages;
+  const double cpu = machines.message_cpu;
+  // Skips the ends that take no CPU (no message CPU, or a machine of its
+  // own, which has one free).
+  auto settle = [cpu](SharedMessage& msg) {
+    while (msg.end < 2 && (cpu <= 0.0 || msg.machine[msg.end] < 0)) ++msg.end;
+    msg.remaining = msg.end < 2 ? cpu : 0.0;
+  };
+  double now = 0.0;
+  while (true) {
+    // Start everything that can start now: passes, sends, and receives of
+    // messages that have arrived.
+    for (int s = 0; s < num_stages_; ++s) {
+      StageState& st = stages_[s];
+      while (!passes[s].running && st.pc < streams_[s].size()) {
+        const Instruction& in = streams_[s][st.pc];
+        if (IsRecv(in.op) &&
+            Mailbox(IsGradientMessage(in.op), VirtualStage(s, in),
+                    in.micro_batch) == kNotSent) {
+          break;
+        }
+        st.clock = now;
+        const double duration =
+            Duration(in, costs_[s]) + HeldWeightGrads(st, in, costs_[s]);
+        if (IsSend(in.op)) {
+          SharedMessage msg;
+          msg.gradient = IsGradientMessage(in.op);
+          msg.to = Peer(s, in);
+          msg.micro_batch = in.micro_batch;
+          msg.machine[0] = machines.machine_of[s];
+          msg.machine[1] = machines.machine_of[msg.to % num_stages_];
+          msg.ready = SendReady(s, in, now);
+          settle(msg);
+          messages.push_back(msg);
+        }
+        if (duration > 0.0) {
+          passes[s] = {true, duration, duration, now};
+          break;
+        }
+        Account(st, in.op);
+        ++st.pc;
+      }
+    }
+    // Each machine's share: its CPUs over what runs on it.
+    std::vector<int> load(machines.cpus.size(), 0);
+    for (int s = 0; s < num_stages_; ++s) {
+      const int machine = machines.machine_of[s];
+      if (passes[s].running && machine >= 0) ++load[machine];
+    }
+    for (const SharedMessage& msg : messages) {
+      if (msg.end < 2) ++load[msg.machine[msg.end]];
+    }
+    auto rate = [&](int machine) {
+      return machine < 0
+                 ? 1.0
+                 : std::min(1.0, static_cast<double>(machines.cpus[machine]) /
+                                     load[machine]);
+    };
+    // When each pass and message end would finish at the present shares;
+    // the next event is the first of these, or of the latencies.
+    auto finish = [&](double remaining, int machine) {
+      return now + remaining / rate(machine);
+    };
+    double next = std::numeric_limits<double>::infinity();
+    for (int s = 0; s < num_stages_; ++s) {
+      if (passes[s].running) {
+        next =
+            std::min(next, finish(passes[s].remaining, machines.machine_of[s]));
+      }
+    }
+    for (const SharedMessage& msg : messages) {
+      next = std::min(next, msg.end < 2
+                                ? finish(msg.remaining, msg.machine[msg.end])
+                                : std::max(now, msg.ready));
+    }
+    if (!std::isfinite(next)) break;  // finished, or deadlocked
+    // What finishes by `next` is done, whatever rounding leaves of it (so
+    // time always moves on); the rest advances at its share.
+    const double elapsed = next - now;
+    for (int s = 0; s < num_stages_; ++s) {
+      SharedPass& pass = passes[s];
+      if (!pass.running) continue;
+      const int machine = machines.machine_of[s];
+      if (finish(pass.remaining, machine) > next) {
+        pass.remaining -= elapsed * rate(machine);
+        continue;
+      }
+      StageState& st = stages_[s];
+      const Instruction& in = streams_[s][st.pc];
+      pass.running = false;
+      st.busy += next - pass.started;
+      st.clock = next;
+      Account(st, in.op);
+      ++st.pc;
+    }
+    for (SharedMessage& msg : messages) {
+      if (msg.end == 2) continue;
+      if (finish(msg.remaining, msg.machine[msg.end]) > next) {
+        msg.remaining -= elapsed * rate(msg.machine[msg.end]);
+        continue;
+      }
+      ++msg.end;
+      settle(msg);
+    }
+    now = next;
+    for (auto it = messages.begin(); it != messages.end();) {
+      if (it->end == 2 && it->ready <= now) {
+        Mailbox(it->gradient, it->to, it->micro_batch) = now;
+        it = messages.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string PipelineSim::BlockedDetail() const {
@@ -307,10 +494,15 @@ std::string PipelineSim::BlockedDetail() const {
   return detail;
 }
 
-SimResult PipelineSim::Run() {
+SimResult PipelineSim::Run(const SimMachines* machines) {
   SimResult result;
   result.status = Validate();
   if (!result.status.ok()) return result;
+  if (machines != nullptr) {
+    result.status = RunShared(*machines);
+    if (!result.status.ok()) return result;
+    return Result();
+  }
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < num_stages_; ++s) {
@@ -319,6 +511,11 @@ SimResult PipelineSim::Run() {
       }
     }
   }
+  return Result();
+}
+
+SimResult PipelineSim::Result() {
+  SimResult result;
   result.deadlock_detail = BlockedDetail();
   result.deadlock = !result.deadlock_detail.empty();
   for (const StageState& st : stages_) {
@@ -340,13 +537,15 @@ SimResult PipelineSim::Run() {
 
 SimResult SimulateStreams(const std::vector<std::vector<Instruction>>& streams,
                           int virtual_stages,
-                          const std::vector<SimCosts>& per_stage) {
+                          const std::vector<SimCosts>& per_stage,
+                          const SimMachines* machines) {
   PipelineSim sim(streams, virtual_stages, per_stage);
-  return sim.Run();
+  return sim.Run(machines);
 }
 
 SimResult Simulate(const ScheduleParams& params, const SimCosts& costs,
-                   const std::vector<SimCosts>& per_stage) {
+                   const std::vector<SimCosts>& per_stage,
+                   const SimMachines* machines) {
   std::vector<std::vector<Instruction>> streams;
   for (int s = 0; s < std::max(params.num_stages, 1); ++s) {
     absl::StatusOr<std::vector<Instruction>> stream = BuildSchedule(params, s);
@@ -359,12 +558,13 @@ SimResult Simulate(const ScheduleParams& params, const SimCosts& costs,
   }
   const std::vector<SimCosts> uniform(streams.size(), costs);
   return SimulateStreams(streams, params.virtual_stages,
-                         per_stage.empty() ? uniform : per_stage);
+                         per_stage.empty() ? uniform : per_stage, machines);
 }
 
 SimResult SimulateSteps(const ScheduleParams& params, int num_steps,
                         const SimCosts& costs,
-                        const std::vector<SimCosts>& per_stage) {
+                        const std::vector<SimCosts>& per_stage,
+                        const SimMachines* machines) {
   SimResult result;
   if (num_steps < 1) {
     result.status = absl::InvalidArgumentError(
@@ -403,7 +603,8 @@ SimResult SimulateSteps(const ScheduleParams& params, int num_steps,
   return SimulateStreams(streams, params.virtual_stages,
                          per_stage.empty()
                              ? std::vector<SimCosts>(streams.size(), costs)
-                             : per_stage);
+                             : per_stage,
+                         machines);
 }
 
 }  // namespace pipetrain
