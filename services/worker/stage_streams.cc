@@ -134,7 +134,8 @@ std::shared_ptr<DownstreamStream> DownstreamStream::Open(
   std::vector<grpc::ByteBuffer> hello;
   hello.push_back(
       EncodeHello(executor->config().job_id(), executor->config().stage()));
-  s->Enqueue(std::move(hello));
+  s->AddHold();  // until the stream ends (EndOutsideWrites)
+  s->Enqueue(std::move(hello)).IgnoreError();  // nothing has ended yet
   s->StartRead(&s->in_);
   s->StartCall();
   return s;
@@ -144,25 +145,57 @@ DownstreamStream::~DownstreamStream() { Close(); }
 
 void DownstreamStream::Close() {
   context_.TryCancel();
+  EndOutsideWrites();
   absl::MutexLock lock(&mu_);
   auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; };
   mu_.Await(absl::Condition(&done));
 }
 
-void DownstreamStream::Enqueue(std::vector<grpc::ByteBuffer> frames) {
+bool DownstreamStream::TakeHoldLocked() {
+  if (!ending_ || starting_ > 0 || !hold_) return false;
+  hold_ = false;
+  return true;
+}
+
+void DownstreamStream::EndOutsideWrites() {
+  bool release = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ending_ = true;
+    release = TakeHoldLocked();
+  }
+  if (release) RemoveHold();
+}
+
+absl::Status DownstreamStream::Enqueue(std::vector<grpc::ByteBuffer> frames) {
   bool start = false;
   {
     absl::MutexLock lock(&mu_);
+    if (ending_ || broken_ || done_) {
+      return absl::UnavailableError(absl::StrCat(
+          "the stream to the next stage (", address_, ") is closed"));
+    }
     start = writes_.Push(std::move(frames));
+    if (start) ++starting_;
   }
-  // Only this thread may touch `current` until OnWriteDone.
-  if (start) StartWrite(&writes_.current);
+  if (!start) return absl::OkStatus();
+  // Only this thread may touch `current` until OnWriteDone; the hold keeps
+  // the call alive meanwhile.
+  StartWrite(&writes_.current);
+  bool release = false;
+  {
+    absl::MutexLock lock(&mu_);
+    --starting_;
+    release = TakeHoldLocked();
+  }
+  if (release) RemoveHold();
+  return absl::OkStatus();
 }
 
 absl::Status DownstreamStream::Send(StageMessage message) {
   {
     absl::MutexLock lock(&mu_);
-    if (broken_ || done_) {
+    if (ending_ || broken_ || done_) {
       return absl::UnavailableError(absl::StrCat(
           "the stream to the next stage (", address_, ") is closed"));
     }
@@ -178,8 +211,7 @@ absl::Status DownstreamStream::Send(StageMessage message) {
                      EncodeWithFeedback(executor_->config().job_id(), message,
                                         format_, chunk_bytes_, &feedback_));
   }
-  Enqueue(std::move(frames));
-  return absl::OkStatus();
+  return Enqueue(std::move(frames));
 }
 
 void DownstreamStream::OnWriteDone(bool ok) {
@@ -193,7 +225,10 @@ void DownstreamStream::OnWriteDone(bool ok) {
 }
 
 void DownstreamStream::OnReadDone(bool ok) {
-  if (!ok) return;  // the stream is ending; OnDone says why
+  if (!ok) {
+    EndOutsideWrites();  // the stream is ending; OnDone says why
+    return;
+  }
   absl::StatusOr<DecodedFrame> decoded = assembler_.Add(in_);
   absl::Status status = decoded.status();
   if (status.ok() && decoded->message.has_value()) {
@@ -204,6 +239,7 @@ void DownstreamStream::OnReadDone(bool ok) {
     executor_->mailbox()->Fail(absl::AbortedError(
         absl::StrCat("bad message from the next stage: ", status.message())));
     context_.TryCancel();
+    EndOutsideWrites();  // no read follows
     return;
   }
   StartRead(&in_);

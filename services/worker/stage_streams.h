@@ -105,7 +105,18 @@ class DownstreamStream final
   DownstreamStream(const std::string& address,
                    std::shared_ptr<StageExecutor> executor,
                    StageMetrics* metrics, size_t chunk_bytes);
-  void Enqueue(std::vector<grpc::ByteBuffer> frames);
+  // Queues frames and starts a write when none is in flight; Unavailable
+  // once the stream is ending (no write may start from outside a reaction
+  // then).
+  absl::Status Enqueue(std::vector<grpc::ByteBuffer> frames);
+  // The stream is ending (its read failed, a bad frame, Close): no write
+  // starts from outside a reaction any more, and the hold that kept gRPC
+  // from finishing the call under such a write goes once none is being
+  // started.
+  void EndOutsideWrites() ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the hold if the stream is ending and no write is being started;
+  // true when the caller must call RemoveHold.
+  bool TakeHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const std::string address_;
@@ -128,6 +139,12 @@ class DownstreamStream final
   WriteQueue writes_ ABSL_GUARDED_BY(mu_);
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+  // Sends (Send, Open's HELLO) may start a write from outside a reaction,
+  // so a hold taken before StartCall keeps gRPC from finishing the call
+  // until the stream is ending and no such write is being started.
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;
+  int starting_ ABSL_GUARDED_BY(mu_) = 0;  // writes being started outside
+  bool hold_ ABSL_GUARDED_BY(mu_) = true;
 };
 
 // Server end of an Exchange stream from the previous stage. Owned by gRPC:
