@@ -15,34 +15,25 @@
 #include "services/rpc/grpc_server.h"
 #include "services/worker/stage_service.h"
 #include "services/worker/stage_streams.h"
+#include "spec/test_model_specs.h"
 #include "worker/compute/cpu/cpu_backend.h"
 #include "worker/pipeline/stage_executor.h"
 
 namespace pipetrain {
 namespace {
 
-// Stage 0 of 2: Linear 6 -> 8 sends [4, 8] activations downstream.
+// Stage 0 of 2 of the small MLP (test_specs::kSmallMlpTraining): its
+// Linear 12 -> 32 sends [8, 32] activations downstream.
 v1::StageConfig FirstOfTwo() {
   v1::StageConfig config;
-  const absl::Status status = ParseJson(R"({
-    "jobId": "job",
-    "spec": {
-      "model": {
-        "inputKind": "INPUT_KIND_FLOAT", "inputShape": [6],
-        "loss": "LOSS_KIND_SOFTMAX_CROSS_ENTROPY",
-        "layers": [
-          {"linear": {"inFeatures": 6, "outFeatures": 8}},
-          {"relu": {}},
-          {"linear": {"inFeatures": 8, "outFeatures": 3}}
-        ]},
-      "data": {"synthetic": {"features": 6, "classes": 3,
-                             "trainSamples": 256, "evalSamples": 16}},
-      "optimizer": {"sgd": {"lr": 0.1}},
-      "batchSize": 16, "microBatches": 4, "steps": 3, "seed": 3},
-    "stage": 0, "numStages": 2, "layerBegin": 0, "layerEnd": 1,
-    "downstream": "next"})",
-                                        &config);
+  config.set_job_id("job");
+  const absl::Status status =
+      ParseJson(test_specs::kSmallMlpTraining, config.mutable_spec());
   EXPECT_TRUE(status.ok()) << status;
+  config.mutable_spec()->set_micro_batches(4);
+  config.set_num_stages(2);
+  config.set_layer_end(1);
+  config.set_downstream("next");
   return config;
 }
 
@@ -75,8 +66,8 @@ TEST(DownstreamStreamTest, SendsThatRaceTheStreamsEndAllReturn) {
       StageMessage message;
       message.kind = MessageKind::kActivation;
       message.micro_batch = sent % 4;
-      message.samples = 16;
-      message.tensors = {Tensor::Host({4, 8})};
+      message.samples = 32;
+      message.tensors = {Tensor::Host({8, 32})};
       last = stream->Send(std::move(message));
       if (!last.ok()) break;
       ++sent;
