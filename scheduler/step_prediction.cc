@@ -114,14 +114,16 @@ StageWork WorkOf(const PlanRequest& request, const StageAssignment& stage) {
 }
 
 // The machines the stages' workers run on (PlannerWorker::host_id and
-// host_cpus), for SimulatedStep; false when none is known. A message end
-// takes the CPU the workers measured beyond the overhead a stage's passes
-// already charge it.
+// host_cpus; a worker with no id or no CPU count is on a machine of its
+// own, -1), for SimulatedStep and SharedCpuStep; false when none is known.
+// `ids` (when given) gets each machine's id. A message end takes the CPU
+// the workers measured beyond the overhead a stage's passes already charge
+// it.
 bool MachinesOf(const PlanRequest& request,
                 const std::vector<StageAssignment>& stages,
-                SimMachines* machines) {
+                SimMachines* machines,
+                std::vector<std::string>* ids = nullptr) {
   std::map<std::string, int> index;
-  bool known = false;
   for (const StageAssignment& stage : stages) {
     const PlannerWorker& w = request.workers[stage.worker];
     if (w.host_id.empty() || w.host_cpus <= 0) {
@@ -130,13 +132,15 @@ bool MachinesOf(const PlanRequest& request,
     }
     auto [it, added] =
         index.emplace(w.host_id, static_cast<int>(machines->cpus.size()));
-    if (added) machines->cpus.push_back(w.host_cpus);
+    if (added) {
+      machines->cpus.push_back(w.host_cpus);
+      if (ids != nullptr) ids->push_back(w.host_id);
+    }
     machines->machine_of.push_back(it->second);
-    known = true;
   }
   machines->message_cpu = std::max(
       0.0, request.message_cpu_seconds - request.message_overhead_seconds);
-  return known;
+  return !index.empty();
 }
 
 int DistinctWorkers(const std::vector<StageAssignment>& stages) {
@@ -305,12 +309,16 @@ SharedCpuBound SharedCpuStep(const v1::JobSpec& spec,
   const int64_t updates =
       UpdatesPerStep(spec, DistinctWorkers(stages), chunks_per_worker);
   const int n = static_cast<int>(stages.size());
+  SimMachines known;
+  std::vector<std::string> ids;
+  MachinesOf(request, stages, &known, &ids);
+  // By id, so that the explanation lists the machines in one order.
   std::map<std::string, Machine> machines;
   for (int s = 0; s < n; ++s) {
-    const PlannerWorker& w = request.workers[stages[s].worker];
-    if (w.host_id.empty() || w.host_cpus <= 0) continue;
-    Machine& machine = machines[w.host_id];
-    machine.cpus = w.host_cpus;
+    const int index = known.machine_of[s];
+    if (index < 0) continue;
+    Machine& machine = machines[ids[index]];
+    machine.cpus = known.cpus[index];
     ++machine.stages;
     const StageWork work = WorkOf(request, stages[s]);
     machine.passes += m * (work.forward + work.backward);

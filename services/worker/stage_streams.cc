@@ -151,6 +151,11 @@ void DownstreamStream::Close() {
   mu_.Await(absl::Condition(&done));
 }
 
+absl::Status DownstreamStream::ClosedError() const {
+  return absl::UnavailableError(
+      absl::StrCat("the stream to the next stage (", address_, ") is closed"));
+}
+
 bool DownstreamStream::TakeHoldLocked() {
   if (!ending_ || starting_ > 0 || !hold_) return false;
   hold_ = false;
@@ -171,10 +176,7 @@ absl::Status DownstreamStream::Enqueue(std::vector<grpc::ByteBuffer> frames) {
   bool start = false;
   {
     absl::MutexLock lock(&mu_);
-    if (ending_ || broken_ || done_) {
-      return absl::UnavailableError(absl::StrCat(
-          "the stream to the next stage (", address_, ") is closed"));
-    }
+    if (ending_) return ClosedError();
     start = writes_.Push(std::move(frames));
     if (start) ++starting_;
   }
@@ -195,10 +197,7 @@ absl::Status DownstreamStream::Enqueue(std::vector<grpc::ByteBuffer> frames) {
 absl::Status DownstreamStream::Send(StageMessage message) {
   {
     absl::MutexLock lock(&mu_);
-    if (ending_ || broken_ || done_) {
-      return absl::UnavailableError(absl::StrCat(
-          "the stream to the next stage (", address_, ") is closed"));
-    }
+    if (ending_) return ClosedError();
   }
   if (metrics_ != nullptr) {
     metrics_->CountMessage(StageMetrics::kSent, message.kind,
@@ -216,11 +215,16 @@ absl::Status DownstreamStream::Send(StageMessage message) {
 
 void DownstreamStream::OnWriteDone(bool ok) {
   bool start = false;
+  bool release = false;
   {
     absl::MutexLock lock(&mu_);
     start = writes_.WriteDone(ok);
-    if (!ok) broken_ = true;
+    if (!ok) {
+      ending_ = true;  // the call is going; nothing more is sent
+      release = TakeHoldLocked();
+    }
   }
+  if (release) RemoveHold();
   if (start) StartWrite(&writes_.current);
 }
 
@@ -257,7 +261,6 @@ void DownstreamStream::OnDone(const grpc::Status& status) {
                                ") ended: ", why.message())));
   absl::MutexLock lock(&mu_);
   done_ = true;
-  broken_ = true;
 }
 
 // ---- UpstreamStream ----

@@ -117,6 +117,8 @@ class DownstreamStream final
   // Drops the hold if the stream is ending and no write is being started;
   // true when the caller must call RemoveHold.
   bool TakeHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a send on an ending stream gets.
+  absl::Status ClosedError() const;
 
   // Constant after construction.
   const std::string address_;
@@ -137,11 +139,12 @@ class DownstreamStream final
 
   absl::Mutex mu_;
   WriteQueue writes_ ABSL_GUARDED_BY(mu_);
-  bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;  // OnDone ran
   // Sends (Send, Open's HELLO) may start a write from outside a reaction,
   // so a hold taken before StartCall keeps gRPC from finishing the call
-  // until the stream is ending and no such write is being started.
+  // until the stream is ending (a read or write failed, a bad frame came
+  // back, or Close; nothing is sent after) and no such write is being
+  // started.
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   int starting_ ABSL_GUARDED_BY(mu_) = 0;  // writes being started outside
   bool hold_ ABSL_GUARDED_BY(mu_) = true;
