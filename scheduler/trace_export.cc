@@ -65,14 +65,19 @@ void AppendMetadata(const v1::Plan& plan, std::vector<std::string>* events) {
 }
 
 std::string SpanJson(const TraceSpan& span) {
+  const std::string held =
+      span.weight_grad_bytes_run > 0
+          ? absl::StrFormat(",\"weight_grad_bytes_run\":%d",
+                            span.weight_grad_bytes_run)
+          : "";
   return absl::StrFormat(
       "{\"name\":%s,\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
       "\"ts\":%d,\"dur\":%d,\"args\":{\"step\":%d,\"micro_batch\":%d,"
-      "\"weight_version\":%d}}",
+      "\"weight_version\":%d%s}}",
       JsonString(SpanName(span)), TraceOpCategory(span.op), span.stage,
       span.chunk, span.start_unix_us,
       std::max<int64_t>(0, span.end_unix_us - span.start_unix_us), span.step,
-      span.micro_batch, span.weight_version);
+      span.micro_batch, span.weight_version, held);
 }
 
 }  // namespace
@@ -115,6 +120,7 @@ absl::StatusOr<TraceSpan> SpanFromEvent(const v1::TraceEvent& event) {
   span.op = *op;
   span.micro_batch = event.micro_batch();
   span.weight_version = event.weight_version();
+  span.weight_grad_bytes_run = event.weight_grad_bytes_run();
   span.start_unix_us = event.start_unix_us();
   span.end_unix_us = event.end_unix_us();
   return span;

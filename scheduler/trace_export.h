@@ -33,6 +33,9 @@ struct TraceSpan {
   OpKind op = OpKind::kForward;
   int micro_batch = 0;
   int64_t weight_version = 0;
+  // Bytes of held weight-gradient operands the instruction ran
+  // (TraceEvent.weight_grad_bytes_run).
+  int64_t weight_grad_bytes_run = 0;
   int64_t start_unix_us = 0;
   int64_t end_unix_us = 0;
 };
@@ -48,7 +51,8 @@ std::string SpanName(const TraceSpan& span);
 // stage (pid = stage, named after its layers and worker), one thread per
 // model chunk (tid = chunk), and a complete ("X") event per span with ts
 // and dur in microseconds (ts since the Unix epoch) and args step,
-// micro_batch and weight_version. `spans` in any order.
+// micro_batch, weight_version and, when it ran held weight-gradient
+// products, weight_grad_bytes_run. `spans` in any order.
 std::string ChromeTraceJson(const v1::Plan& plan,
                             const std::vector<TraceSpan>& spans);
 

@@ -65,6 +65,7 @@ TEST(ChromeTraceJsonTest, ValidJsonWithStagesChunksAndSpans) {
   step.op = OpKind::kOptimizerStep;
   step.start_unix_us -= 100;
   step.end_unix_us = step.start_unix_us - 5;  // clock skew: no negative dur
+  step.weight_grad_bytes_run = 5632;
   EXPECT_EQ(SpanName(step), "Step");
 
   const std::string text = ChromeTraceJson(plan, {*span, step});
@@ -90,6 +91,12 @@ TEST(ChromeTraceJsonTest, ValidJsonWithStagesChunksAndSpans) {
   const auto& first = events[3].struct_value().fields();
   EXPECT_EQ(first.at("name").string_value(), "Step");
   EXPECT_EQ(first.at("dur").number_value(), 0);
+  EXPECT_EQ(first.at("args")
+                .struct_value()
+                .fields()
+                .at("weight_grad_bytes_run")
+                .number_value(),
+            5632);
   const auto& send = events[4].struct_value().fields();
   EXPECT_EQ(send.at("cat").string_value(), "transfer");
   EXPECT_EQ(send.at("tid").number_value(), 1);
@@ -98,6 +105,10 @@ TEST(ChromeTraceJsonTest, ValidJsonWithStagesChunksAndSpans) {
   EXPECT_EQ(send.at("ts").number_value(), 1'700'000'000'000'123.0);
   EXPECT_EQ(send.at("args").struct_value().fields().at("step").number_value(),
             7);
+  // A span that ran no held products says nothing of them.
+  EXPECT_EQ(
+      send.at("args").struct_value().fields().count("weight_grad_bytes_run"),
+      0u);
   v1::TraceEvent unknown = event;
   unknown.set_op("Teleport");
   EXPECT_EQ(SpanFromEvent(unknown).status().message(),

@@ -91,6 +91,11 @@ class Model {
   int64_t deferred_weight_grad_bytes() const {
     return weight_grads_ != nullptr ? weight_grads_->held_bytes() : 0;
   }
+  // Bytes of held operands run through their products so far
+  // (WeightGradQueue::run_bytes; 0 when not deferring).
+  int64_t weight_grad_bytes_run() const {
+    return weight_grads_ != nullptr ? weight_grads_->run_bytes() : 0;
+  }
 
   // Copies of every parameter on the host, in params() order.
   absl::StatusOr<std::vector<Tensor>> ParamsToHost() const;

@@ -82,6 +82,9 @@ class WeightGradQueue {
   absl::StatusOr<int64_t> Repeat(int64_t times);
   // Bytes of the x and dy rows held.
   int64_t held_bytes() const { return held_bytes_; }
+  // Bytes of held x and dy rows run through their products so far (not
+  // those dropped by Discard): never decreases.
+  int64_t run_bytes() const { return run_bytes_; }
   // Bytes of the layers' stacks, held rows or not.
   int64_t stack_bytes() const;
 
@@ -108,6 +111,7 @@ class WeightGradQueue {
   Backend* const backend_;  // borrowed
   std::vector<Group> groups_;
   int64_t held_bytes_ = 0;
+  int64_t run_bytes_ = 0;
 };
 
 }  // namespace pipetrain

@@ -148,6 +148,12 @@ absl::Status StageCompute::RecordUse(int chunk, int64_t version,
   return absl::OkStatus();
 }
 
+int64_t StageCompute::WeightGradBytesRun() const {
+  int64_t bytes = 0;
+  for (const auto& model : models_) bytes += model->weight_grad_bytes_run();
+  return bytes;
+}
+
 absl::Status StageCompute::Execute(const Instruction& in, StepState* state,
                                    WeightUse* use) {
   const int mb = in.micro_batch;

@@ -62,6 +62,10 @@ class StageCompute {
   // Forward, backward and B report in *use the weights they ran with.
   absl::Status Execute(const Instruction& instruction, StepState* state,
                        WeightUse* use);
+  // Bytes of held weight-gradient operands run through their products so
+  // far (Model::weight_grad_bytes_run): the difference across an
+  // instruction is what it ran.
+  int64_t WeightGradBytesRun() const;
 
   // The next backward overwrites every gradient instead of accumulating.
   void ZeroGrads() { pipetrain::ZeroGrads(all_params_); }

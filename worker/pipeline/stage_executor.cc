@@ -254,6 +254,7 @@ absl::Status StageExecutor::RunInstructions(
     record.instruction = instruction;
     record.weight_version = compute_->weight_version();
     record.start_unix_us = StageTrace::NowUnixMicros();
+    const int64_t run_before = compute_->WeightGradBytesRun();
     WeightUse use;
     absl::StatusOr<StepState*> owner = Owner(instruction, current);
     absl::Status status = owner.status();
@@ -265,6 +266,7 @@ absl::Status StageExecutor::RunInstructions(
                        ": ", status.message()));
     }
     record.end_unix_us = StageTrace::NowUnixMicros();
+    record.weight_grad_bytes_run = compute_->WeightGradBytesRun() - run_before;
     if (use.recorded) {
       // What the operation itself ran with (stashed weights included).
       record.weight_version = use.version;

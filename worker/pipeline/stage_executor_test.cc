@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
 #include "gtest/gtest.h"
 #include "worker/compute/cpu/cpu_backend.h"
@@ -518,6 +519,56 @@ TEST(StageExecutor, TraceRecordsEveryInstructionInScheduleOrder) {
         EXPECT_EQ(event.step(), kSteps - 1);
       }
       EXPECT_EQ(p.stages[s]->Trace(kSteps).events_size(), 0);
+    }
+  }
+}
+
+// Which instructions ran the weight-gradient products a stage held back,
+// as its trace says. Stage 0 holds the x and dy rows of a 12 -> 32 linear
+// (44 floats a row), stage 1 those of 32 -> 16 and 16 -> 4 (68). With
+// micro-batches of 4 rows every schedule runs a step's 8 at its optimizer
+// step; with 192 rows a micro-batch (batch 768, M = 4) a second one would
+// pass 256 rows, so each backward from the second on runs the one before,
+// and the step the last. One micro-batch a step holds nothing.
+TEST(StageExecutor, TheTraceSaysWhereHeldWeightGradientsRan) {
+  struct Case {
+    v1::ScheduleKindProto schedule;
+    int64_t batch;
+    int64_t micro_batches;
+    std::vector<std::string> runs;  // the instructions that ran some
+  };
+  const std::vector<std::string> at_step = {"Step 0"};
+  for (const Case& c :
+       {Case{v1::SCHEDULE_GPIPE, 32, 8, at_step},
+        Case{v1::SCHEDULE_1F1B_FLUSH, 32, 8, at_step},
+        Case{v1::SCHEDULE_ZB_H1, 32, 8, at_step},
+        Case{v1::SCHEDULE_GPIPE, 768, 4, {"B 1", "B 2", "B 3", "Step 0"}},
+        Case{v1::SCHEDULE_GPIPE, 32, 1, {}}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << v1::ScheduleKindProto_Name(c.schedule) << " batch "
+                 << c.batch << " M=" << c.micro_batches);
+    v1::TrainingSpec spec = SmallMlpSpec(c.micro_batches, false);
+    spec.set_batch_size(c.batch);
+    Pipeline p = BuildPipeline(spec, {3}, c.schedule);
+    for (auto& stage : p.stages) ASSERT_TRUE(stage->Train(1).ok());
+    for (auto& stage : p.stages) ASSERT_TRUE(stage->Wait().ok());
+    const int64_t rows = c.batch / c.micro_batches;
+    const int64_t floats_a_row[2] = {12 + 32, (32 + 16) + (16 + 4)};
+    for (int s = 0; s < 2; ++s) {
+      SCOPED_TRACE(::testing::Message() << "stage " << s);
+      std::map<std::string, int64_t> want;
+      for (const std::string& op : c.runs) {
+        want[op] = rows * floats_a_row[s] * static_cast<int64_t>(sizeof(float));
+      }
+      if (c.micro_batches == 8) want["Step 0"] *= 8;
+      std::map<std::string, int64_t> ran;  // "op mb" -> bytes run
+      const v1::GetTraceResponse trace = p.stages[s]->Trace(0);
+      for (const v1::TraceEvent& e : trace.events()) {
+        if (e.weight_grad_bytes_run() == 0) continue;
+        ran[absl::StrCat(e.op(), " ", e.micro_batch())] +=
+            e.weight_grad_bytes_run();
+      }
+      EXPECT_EQ(ran, want);
     }
   }
 }

@@ -45,6 +45,7 @@ v1::GetTraceResponse StageTrace::Since(int64_t since_step) const {
     e->set_chunk(r.instruction.chunk);
     e->set_weight_version(r.weight_version);
     e->set_weight_checksum(r.weight_checksum);
+    e->set_weight_grad_bytes_run(r.weight_grad_bytes_run);
     e->set_start_unix_us(r.start_unix_us);
     e->set_end_unix_us(r.end_unix_us);
   }

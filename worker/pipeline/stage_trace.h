@@ -33,6 +33,9 @@ struct TraceRecord {
   // Forward and backward: a checksum of the weights it ran with, taken
   // where it ran (0 unless the stage checksums weights).
   uint64_t weight_checksum = 0;
+  // Bytes of held weight-gradient operands whose products it ran
+  // (TraceEvent.weight_grad_bytes_run).
+  int64_t weight_grad_bytes_run = 0;
   // Wall-clock microseconds since the Unix epoch.
   int64_t start_unix_us = 0;
   int64_t end_unix_us = 0;
