@@ -94,8 +94,9 @@ absl::Status WeightGradQueue::Run(Group* group) {
   const int64_t rows = group->rows;
   if (rows == 0) return absl::OkStatus();
   group->rows = 0;
-  held_bytes_ -= HeldBytes(*group, rows);
-  run_bytes_ += HeldBytes(*group, rows);
+  const int64_t bytes = HeldBytes(*group, rows);
+  held_bytes_ -= bytes;
+  run_bytes_ += bytes;
   // One product over the held rows, in the order they came.
   ASSIGN_OR_RETURN(const Tensor x, group->x_stack.SliceRows(0, rows));
   ASSIGN_OR_RETURN(const Tensor dy, group->dy_stack.SliceRows(0, rows));
