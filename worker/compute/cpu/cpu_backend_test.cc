@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -473,7 +474,7 @@ TEST(CpuBackendPackedGemmTest, ARowsResultDoesNotDependOnTheBatchSplit) {
   EXPECT_EQ(whole, split);
 }
 
-// The AVX-512 kernel (8 x 32 outputs) and the AVX2 kernel (6 x 16) sum
+// The AVX-512 kernel (14 x 32 outputs) and the AVX2 kernel (6 x 16) sum
 // each output's products in the same order: the same bits, for every
 // row-group size, a last partial panel, an odd panel left over, several
 // depth blocks, and column ranges split as the backend's threads split
@@ -485,7 +486,12 @@ TEST(CpuBackendPackedGemmTest, TheAvx512AndAvx2KernelsGiveTheSameBits) {
       !packed_gemm::IsaSupported(Isa::kAvx2)) {
     GTEST_SKIP() << "this CPU lacks AVX-512 or AVX2/FMA";
   }
-  for (int64_t m : {1, 3, 6, 8, 11, 32, 37}) {
+  // Every group size of either kernel (1 to 14 rows) alone, then
+  // balanced groups (23: 12 + 11; 32: 14 + 9 + 9; 37: 14 + 12 + 11).
+  std::vector<int64_t> rows(15);
+  std::iota(rows.begin(), rows.end(), 1);
+  rows.insert(rows.end(), {23, 32, 37});
+  for (int64_t m : rows) {
     for (int64_t n : {5, 16, 48, 70, 300}) {
       for (int64_t k : {3, 256, 530}) {
         const int64_t lda = k + 1, ldc = n + 3;

@@ -16,9 +16,13 @@ namespace packed_gemm {
 namespace {
 
 // Rows of C per register kernel: 6 x 16 outputs in AVX2's 16 registers,
-// 8 x 32 in AVX-512's 32.
+// 14 x 32 in AVX-512's 32 (28 accumulators, two panel rows, a broadcast).
+// A 32-row micro-batch goes in three row groups (14, 9, 9) rather than four
+// of 8, so each panel pair is read by one group fewer (bench_compute's
+// 32-row packed forward: 0.89-1.02 of the 256-row rate, against 0.84-0.88
+// with groups of 8; docs/ARCHITECTURE.md).
 constexpr int64_t kAvx2Rows = 6;
-constexpr int64_t kAvx512Rows = 8;
+constexpr int64_t kAvx512Rows = 14;
 // Half of a core's L2 (1 MiB on the CPUs measured; smaller ones lose only
 // speed): the most of op(B) the AVX-512 path keeps there across row groups.
 constexpr int64_t kHalfL2Bytes = 512 * 1024;
@@ -287,7 +291,7 @@ __attribute__((target("avx512f"))) inline void Kernel512(
     const float* prefetch, float* c, int64_t ldc, bool accumulate,
     int64_t width) {
   __m512 acc[R][P];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 2
     for (int q = 0; q < P; ++q) acc[r][q] = _mm512_setzero_ps();
@@ -301,7 +305,7 @@ __attribute__((target("avx512f"))) inline void Kernel512(
                    _MM_HINT_T0);
       b[q] = _mm512_loadu_ps(panel + q * stride + p * kPanelWidth);
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 x = _mm512_set1_ps(a[p * R + r]);
 #pragma GCC unroll 2
@@ -310,7 +314,7 @@ __attribute__((target("avx512f"))) inline void Kernel512(
     }
   }
   const __mmask16 last = static_cast<__mmask16>((1u << width) - 1);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 2
     for (int q = 0; q < P; ++q) {
@@ -330,6 +334,24 @@ __attribute__((target("avx512f"))) void RunKernel512(
     int64_t stride, const float* prefetch, float* c, int64_t ldc,
     bool accumulate, int64_t width) {
   switch (rows) {
+    case 14:
+      return Kernel512<14, P>(kc, a, panel, stride, prefetch, c, ldc,
+                              accumulate, width);
+    case 13:
+      return Kernel512<13, P>(kc, a, panel, stride, prefetch, c, ldc,
+                              accumulate, width);
+    case 12:
+      return Kernel512<12, P>(kc, a, panel, stride, prefetch, c, ldc,
+                              accumulate, width);
+    case 11:
+      return Kernel512<11, P>(kc, a, panel, stride, prefetch, c, ldc,
+                              accumulate, width);
+    case 10:
+      return Kernel512<10, P>(kc, a, panel, stride, prefetch, c, ldc,
+                              accumulate, width);
+    case 9:
+      return Kernel512<9, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
+                             width);
     case 8:
       return Kernel512<8, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
                              width);

@@ -7,7 +7,7 @@
 // about 0.75 of the rate of one 256-row call (bench_compute's
 // `packed_vs_openblas` figures). Here op(B) is packed once into column
 // panels of kPanelWidth, split into blocks of kDepthBlock rows, and each
-// product streams the panels through a register kernel: up to 8 x 32
+// product streams the panels through a register kernel: up to 14 x 32
 // outputs with AVX-512, else up to 6 x 16 with AVX2/FMA. Each output
 // element sums its k products in the same order whatever the number of
 // rows and whichever kernel, so a row's result does not depend on how the
