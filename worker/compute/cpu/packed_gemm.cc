@@ -1,9 +1,11 @@
 #include "worker/compute/cpu/packed_gemm.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -328,55 +330,24 @@ __attribute__((target("avx512f"))) inline void Kernel512(
   }
 }
 
+using Kernel512Fn = void (*)(int64_t, const float*, const float*, int64_t,
+                             const float*, float*, int64_t, bool, int64_t);
+
+// Kernel512<R, P> for R = 1 .. kAvx512Rows, indexed by R - 1.
+template <int P, int... R>
+constexpr std::array<Kernel512Fn, sizeof...(R)> Kernel512Table(
+    std::integer_sequence<int, R...>) {
+  return {&Kernel512<R + 1, P>...};
+}
+
 template <int P>
-__attribute__((target("avx512f"))) void RunKernel512(
-    int64_t rows, int64_t kc, const float* a, const float* panel,
-    int64_t stride, const float* prefetch, float* c, int64_t ldc,
-    bool accumulate, int64_t width) {
-  switch (rows) {
-    case 14:
-      return Kernel512<14, P>(kc, a, panel, stride, prefetch, c, ldc,
-                              accumulate, width);
-    case 13:
-      return Kernel512<13, P>(kc, a, panel, stride, prefetch, c, ldc,
-                              accumulate, width);
-    case 12:
-      return Kernel512<12, P>(kc, a, panel, stride, prefetch, c, ldc,
-                              accumulate, width);
-    case 11:
-      return Kernel512<11, P>(kc, a, panel, stride, prefetch, c, ldc,
-                              accumulate, width);
-    case 10:
-      return Kernel512<10, P>(kc, a, panel, stride, prefetch, c, ldc,
-                              accumulate, width);
-    case 9:
-      return Kernel512<9, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
-                             width);
-    case 8:
-      return Kernel512<8, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
-                             width);
-    case 7:
-      return Kernel512<7, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
-                             width);
-    case 6:
-      return Kernel512<6, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
-                             width);
-    case 5:
-      return Kernel512<5, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
-                             width);
-    case 4:
-      return Kernel512<4, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
-                             width);
-    case 3:
-      return Kernel512<3, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
-                             width);
-    case 2:
-      return Kernel512<2, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
-                             width);
-    default:
-      return Kernel512<1, P>(kc, a, panel, stride, prefetch, c, ldc, accumulate,
-                             width);
-  }
+void RunKernel512(int64_t rows, int64_t kc, const float* a, const float* panel,
+                  int64_t stride, const float* prefetch, float* c, int64_t ldc,
+                  bool accumulate, int64_t width) {
+  static constexpr auto kTable = Kernel512Table<P>(
+      std::make_integer_sequence<int, static_cast<int>(kAvx512Rows)>());
+  kTable[std::clamp<int64_t>(rows, 1, kAvx512Rows) - 1](
+      kc, a, panel, stride, prefetch, c, ldc, accumulate, width);
 }
 
 // One depth block (kc rows of op(B), every row of A interleaved in
