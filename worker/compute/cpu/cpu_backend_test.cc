@@ -487,7 +487,8 @@ TEST(CpuBackendPackedGemmTest, TheAvx512AndAvx2KernelsGiveTheSameBits) {
     GTEST_SKIP() << "this CPU lacks AVX-512 or AVX2/FMA";
   }
   // Every group size of either kernel (1 to 14 rows) alone, then
-  // balanced groups (23: 12 + 11; 32: 14 + 9 + 9; 37: 14 + 12 + 11).
+  // balanced groups (15: 8 + 7; 23: 12 + 11; 32: 14 + 9 + 9; 37: 14 + 12 +
+  // 11 with AVX-512).
   std::vector<int64_t> rows(15);
   std::iota(rows.begin(), rows.end(), 1);
   rows.insert(rows.end(), {23, 32, 37});
