@@ -31,6 +31,17 @@ absl::Status Backend::GemmPacked(int64_t, const float*, int64_t,
       absl::StrCat(Describe(), " has no packed GEMM (PackOperand said so)"));
 }
 
+bool Backend::ResumesSums(bool, bool, int64_t, int64_t, int64_t) const {
+  return false;
+}
+
+absl::Status Backend::GemmResume(bool, bool, int64_t, int64_t, int64_t,
+                                 const float*, int64_t, const float*, int64_t,
+                                 float*, int64_t) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(Describe(), " cannot resume a sum (ResumesSums said so)"));
+}
+
 absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name) {
   if (name == "auto") return BackendKind::kAuto;
   if (name == "cpu") return BackendKind::kCpu;

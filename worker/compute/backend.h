@@ -94,6 +94,22 @@ class Backend {
                                   const PackedOperand& packed, float* c,
                                   int64_t ldc);
 
+  // ---- A sum split in two ----
+  // Whether a product op(A) op(B) ([m, n], depth up to `max_k`) can be run
+  // as Gemm (alpha 1, beta 0) over its first rows of depth and GemmResume
+  // over the rest, with the bits of one Gemm over all of them (which the
+  // same backend, given all the rows at once, would compute). False (the
+  // default) where the backend cannot promise those bits.
+  virtual bool ResumesSums(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                           int64_t max_k) const;
+  // C[m,n] += op(A) op(B) as the rest of the sum C holds: each output's sum
+  // goes on from C's value (ResumesSums). FailedPrecondition where
+  // ResumesSums is false for the shape.
+  virtual absl::Status GemmResume(bool trans_a, bool trans_b, int64_t m,
+                                  int64_t n, int64_t k, const float* a,
+                                  int64_t lda, const float* b, int64_t ldb,
+                                  float* c, int64_t ldc);
+
   // ---- Element-wise ----
   virtual absl::Status Fill(float* x, int64_t n, float value) = 0;
   // y = alpha * x + beta * y.

@@ -52,8 +52,13 @@ class Linear final : public Layer {
   // path.
   absl::StatusOr<const PackedOperand*> Packed(bool transposed);
   absl::Status CheckGradient(const Tensor& x, const Tensor& dy) const;
-  // dW (+)= x^T dy, db (+)= column sums of dy.
-  absl::Status AccumulateWeightGrads(const Tensor& x, const Tensor& dy);
+  // dW (+)= x^T dy over rows [first, rows) of x and dy (first > 0: carrying
+  // on the sums of rows [0, first)); with `complete`, db (+)= column sums
+  // of all of dy's rows. WeightGradQueue::Accumulate: false when asked to
+  // run rows ahead that the backend could not carry on exactly, or into a
+  // gradient that already holds a sum.
+  absl::StatusOr<bool> AccumulateWeightGrads(const Tensor& x, const Tensor& dy,
+                                             int64_t first, bool complete);
   // AccumulateWeightGrads now, or through the queue when one is set.
   absl::Status WeightGrads(const Tensor& x, const Tensor& dy);
   // dx = dy W^T.

@@ -100,30 +100,52 @@ absl::Status Linear::CheckGradient(const Tensor& x, const Tensor& dy) const {
       " does not match output rows ", rows, " x ", out_));
 }
 
-absl::Status Linear::AccumulateWeightGrads(const Tensor& x, const Tensor& dy) {
+absl::StatusOr<bool> Linear::AccumulateWeightGrads(const Tensor& x,
+                                                   const Tensor& dy,
+                                                   int64_t first,
+                                                   bool complete) {
   const int64_t rows = x.numel() / in_;
+  // Rows run ahead: the first part of a sum split in two, which only a
+  // fresh gradient and a backend that resumes sums exactly allow.
+  if (!complete && first == 0 &&
+      !(weight_.grad_fresh &&
+        backend_->ResumesSums(true, false, in_, out_,
+                              WeightGradQueue::kMaxRows))) {
+    return false;
+  }
   // dW (+)= x^T dy; db (+)= column sums of dy.
-  const float w_beta = weight_.grad_fresh ? 0.0f : 1.0f;
-  RETURN_IF_ERROR(backend_->Gemm(true, false, in_, out_, rows, 1.0f, x.f32(),
-                                 in_, dy.f32(), out_, w_beta,
-                                 weight_.grad.f32(), out_));
+  if (first > 0 && first < rows) {
+    RETURN_IF_ERROR(backend_->GemmResume(
+        true, false, in_, out_, rows - first, x.f32() + first * in_, in_,
+        dy.f32() + first * out_, out_, weight_.grad.f32(), out_));
+  } else if (first == 0) {
+    const float w_beta = weight_.grad_fresh ? 0.0f : 1.0f;
+    RETURN_IF_ERROR(backend_->Gemm(true, false, in_, out_, rows, 1.0f, x.f32(),
+                                   in_, dy.f32(), out_, w_beta,
+                                   weight_.grad.f32(), out_));
+  }
   weight_.grad_fresh = false;
+  if (!complete) return true;
   if (bias_ != nullptr) {
     RETURN_IF_ERROR(backend_->ColumnSum(rows, out_, dy.f32(),
                                         bias_->grad_fresh ? 0.0f : 1.0f,
                                         bias_->grad.f32()));
     bias_->grad_fresh = false;
   }
-  return absl::OkStatus();
+  return true;
 }
 
 absl::Status Linear::WeightGrads(const Tensor& x, const Tensor& dy) {
-  if (queue_ == nullptr) return AccumulateWeightGrads(x, dy);
+  if (queue_ == nullptr) {
+    return AccumulateWeightGrads(x, dy, /*first=*/0, /*complete=*/true)
+        .status();
+  }
   // Named by its weight: a caller flushes a layer's products by its
   // params() (WeightGradQueue::FlushFor).
   return queue_->Add(&weight_, in_, out_, x, dy,
-                     [this](const Tensor& xs, const Tensor& dys) {
-                       return AccumulateWeightGrads(xs, dys);
+                     [this](const Tensor& xs, const Tensor& dys, int64_t first,
+                            bool complete) {
+                       return AccumulateWeightGrads(xs, dys, first, complete);
                      });
 }
 

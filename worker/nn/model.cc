@@ -161,6 +161,11 @@ absl::Status Model::FlushWeightGradsFor(const std::vector<Param*>& params) {
   return weight_grads_->FlushFor(params);
 }
 
+absl::StatusOr<bool> Model::RunWeightGradsAhead(int64_t min_rows) {
+  if (weight_grads_ == nullptr) return false;
+  return weight_grads_->RunAhead(min_rows);
+}
+
 void Model::DiscardWeightGrads() {
   if (weight_grads_ != nullptr) weight_grads_->Discard();
 }

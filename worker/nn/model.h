@@ -85,6 +85,10 @@ class Model {
   // Runs the held products of the layers that own `params` (some layer's
   // params()), leaving the others held.
   absl::Status FlushWeightGradsFor(const std::vector<Param*>& params);
+  // Runs one layer's held products ahead of the flush
+  // (WeightGradQueue::RunAhead); false when none did (nothing held, none
+  // with `min_rows` rows not yet run, or every layer declined).
+  absl::StatusOr<bool> RunWeightGradsAhead(int64_t min_rows);
   // Drops the held products (an abandoned step's).
   void DiscardWeightGrads();
   // Bytes of activations and gradients the held products keep alive.

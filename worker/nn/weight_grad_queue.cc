@@ -23,8 +23,8 @@ absl::Status WeightGradQueue::Add(const void* owner, int64_t in, int64_t out,
     if (g.owner == owner) group = &g;
   }
   if (group == nullptr) {
-    groups_.push_back(
-        Group{owner, in, out, 0, Tensor(), Tensor(), std::move(accumulate)});
+    groups_.push_back(Group{owner, in, out, 0, 0, false, Tensor(), Tensor(),
+                            std::move(accumulate)});
     group = &groups_.back();
   } else if (group->in != in || group->out != out) {
     return absl::InvalidArgumentError(
@@ -36,7 +36,9 @@ absl::Status WeightGradQueue::Add(const void* owner, int64_t in, int64_t out,
     RETURN_IF_ERROR(Run(group));
   }
   // Enough rows on their own: nothing to gain from holding them.
-  if (rows >= kMaxRows) return group->accumulate(x, dy);
+  if (rows >= kMaxRows) {
+    return group->accumulate(x, dy, /*first=*/0, /*complete=*/true).status();
+  }
   return Append(group, x, dy, rows);
 }
 
@@ -93,14 +95,36 @@ absl::Status WeightGradQueue::Append(Group* group, const Tensor& x,
 absl::Status WeightGradQueue::Run(Group* group) {
   const int64_t rows = group->rows;
   if (rows == 0) return absl::OkStatus();
+  const int64_t done = group->done;
   group->rows = 0;
-  const int64_t bytes = HeldBytes(*group, rows);
-  held_bytes_ -= bytes;
-  run_bytes_ += bytes;
-  // One product over the held rows, in the order they came.
+  group->done = 0;
+  group->declined = false;
+  held_bytes_ -= HeldBytes(*group, rows);
+  run_bytes_ += HeldBytes(*group, rows - done);
+  // One product over the held rows, in the order they came (or the rest of
+  // it, after the rows run ahead).
   ASSIGN_OR_RETURN(const Tensor x, group->x_stack.SliceRows(0, rows));
   ASSIGN_OR_RETURN(const Tensor dy, group->dy_stack.SliceRows(0, rows));
-  return group->accumulate(x, dy);
+  return group->accumulate(x, dy, done, /*complete=*/true).status();
+}
+
+absl::StatusOr<bool> WeightGradQueue::RunAhead(int64_t min_rows) {
+  for (Group& group : groups_) {
+    const int64_t rows = group.rows;
+    if (group.declined || rows == 0 || rows - group.done < min_rows) continue;
+    ASSIGN_OR_RETURN(const Tensor x, group.x_stack.SliceRows(0, rows));
+    ASSIGN_OR_RETURN(const Tensor dy, group.dy_stack.SliceRows(0, rows));
+    ASSIGN_OR_RETURN(const bool ran, group.accumulate(x, dy, group.done,
+                                                      /*complete=*/false));
+    if (!ran) {
+      group.declined = true;
+      continue;
+    }
+    run_bytes_ += HeldBytes(group, rows - group.done);
+    group.done = rows;
+    return true;
+  }
+  return false;
 }
 
 absl::Status WeightGradQueue::Flush() {
@@ -118,11 +142,21 @@ absl::Status WeightGradQueue::FlushFor(const std::vector<Param*>& owners) {
 }
 
 void WeightGradQueue::Discard() {
-  for (Group& group : groups_) group.rows = 0;
+  for (Group& group : groups_) {
+    group.rows = 0;
+    group.done = 0;
+    group.declined = false;
+  }
   held_bytes_ = 0;
 }
 
 absl::StatusOr<int64_t> WeightGradQueue::Repeat(int64_t times) {
+  for (const Group& group : groups_) {
+    if (group.done > 0) {
+      return absl::FailedPreconditionError(
+          "weight-gradient queue: cannot repeat rows that ran ahead");
+    }
+  }
   int64_t fewest = 0;
   for (Group& group : groups_) {
     const int64_t rows = group.rows;

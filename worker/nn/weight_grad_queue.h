@@ -23,6 +23,16 @@
 // bench_scaling's MLP took about 3,000 page faults a step. A micro-batch of
 // kMaxRows rows or more is not held.
 //
+// A stage waiting for a message with nothing else to do may run a layer's
+// held rows ahead of the flush (RunAhead): the weight product over the rows
+// held so far goes into the gradient now, and the flush carries each sum on
+// from there (Backend::GemmResume), so the gradient has the bits of the one
+// product over every row. The rows stay held until the flush, which sums
+// the rest of the layer's gradients (its bias) over all of them. A layer
+// runs ahead only where its backend can carry the sums on exactly and its
+// gradient held nothing before these rows; otherwise it declines, and its
+// rows wait for the flush as before.
+//
 // Thread-compatible: used by one stage's compute thread, like its layers.
 #ifndef PIPETRAIN_WORKER_NN_WEIGHT_GRAD_QUEUE_H_
 #define PIPETRAIN_WORKER_NN_WEIGHT_GRAD_QUEUE_H_
@@ -43,10 +53,17 @@ struct Param;
 
 class WeightGradQueue {
  public:
-  // A layer's weight-gradient product: accumulates x^T dy (x [rows, in],
-  // dy [rows, out]) into its gradients.
-  using Accumulate =
-      std::function<absl::Status(const Tensor& x, const Tensor& dy)>;
+  // A layer's weight-gradient product over rows [first, rows) of x
+  // [rows, in] and dy [rows, out]: accumulates their x^T dy into its
+  // gradients. With first > 0 an earlier call (complete = false) summed
+  // rows [0, first), and this one carries those sums on. `complete`: the
+  // last call for these rows, which also sums whatever else the layer sums
+  // over all of them (its bias). A call with complete = false and first = 0
+  // asks to run the rows ahead (RunAhead); the layer returns false, doing
+  // nothing, when it could not carry the sums on exactly later. Calls with
+  // complete = true return true.
+  using Accumulate = std::function<absl::StatusOr<bool>(
+      const Tensor& x, const Tensor& dy, int64_t first, bool complete)>;
 
   // The most rows a layer holds; about where the product's depth stops
   // paying (bench_scaling's MLP: 2048 x 2048 layers).
@@ -67,6 +84,11 @@ class WeightGradQueue {
                    const Tensor& dy, Accumulate accumulate);
   // Runs every layer's held rows, layers in the order they first came.
   absl::Status Flush();
+  // Runs ahead the held rows of one layer: the first, in the order they
+  // came, with at least `min_rows` held rows not yet run, that does not
+  // decline (Accumulate). Its rows stay held until its flush, which runs
+  // the rest. Returns whether a layer ran.
+  absl::StatusOr<bool> RunAhead(int64_t min_rows);
   // Runs the held rows of the layers named by any of `owners` (the
   // pointers their Adds gave; a Linear names itself by its weight Param,
   // so a layer's params() flush its products), in the order they first
@@ -78,12 +100,14 @@ class WeightGradQueue {
   // many more alike, until it holds `times` as many rows or would pass
   // kMaxRows; returns the fewest times a layer now holds its rows (1 when
   // nothing is held). For the profiler: one micro-batch's share of the
-  // product a step runs over all of its micro-batches.
+  // product a step runs over all of its micro-batches. FailedPrecondition
+  // while rows have run ahead.
   absl::StatusOr<int64_t> Repeat(int64_t times);
   // Bytes of the x and dy rows held.
   int64_t held_bytes() const { return held_bytes_; }
-  // Bytes of held x and dy rows run through their products so far (not
-  // those dropped by Discard): never decreases.
+  // Bytes of held x and dy rows run through their products so far (ahead
+  // or at a flush, each row once; not those dropped by Discard): never
+  // decreases.
   int64_t run_bytes() const { return run_bytes_; }
   // Bytes of the layers' stacks, held rows or not.
   int64_t stack_bytes() const;
@@ -93,7 +117,9 @@ class WeightGradQueue {
     const void* owner = nullptr;
     int64_t in = 0;
     int64_t out = 0;
-    int64_t rows = 0;  // held: the stacks' first rows
+    int64_t rows = 0;       // held: the stacks' first rows
+    int64_t done = 0;       // of those, the rows run ahead (RunAhead)
+    bool declined = false;  // the layer declined to run these rows ahead
     // [capacity, in] and [capacity, out]; empty until the first hold.
     Tensor x_stack;
     Tensor dy_stack;
@@ -106,6 +132,8 @@ class WeightGradQueue {
   // Appends x and dy's rows (`rows` of them) to the stacks.
   absl::Status Append(Group* group, const Tensor& x, const Tensor& dy,
                       int64_t rows);
+  // The held rows' last call (the flush's): the rows not run ahead, and
+  // everything else the layer sums over them all.
   absl::Status Run(Group* group);
 
   Backend* const backend_;  // borrowed

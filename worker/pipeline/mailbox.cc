@@ -71,6 +71,19 @@ bool Mailbox::Ready(MessageKind kind, int64_t step, int32_t micro_batch,
   return !failure_.ok() || messages_.count(key) > 0;
 }
 
+bool Mailbox::WaitReady(MessageKind kind, int64_t step, int32_t micro_batch,
+                        int32_t chunk,
+                        std::chrono::steady_clock::time_point deadline) {
+  const Key key{static_cast<int>(kind), step, micro_batch, chunk};
+  absl::MutexLock lock(&mu_);
+  while (failure_.ok() && messages_.count(key) == 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    cv_.WaitWithTimeout(&mu_, absl::FromChrono(deadline - now));
+  }
+  return true;
+}
+
 void Mailbox::Fail(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);

@@ -83,6 +83,9 @@ class Mailbox {
   // the mailbox has failed.
   bool Ready(MessageKind kind, int64_t step, int32_t micro_batch,
              int32_t chunk) const;
+  // Waits until Ready would be true or the deadline passes; returns Ready.
+  bool WaitReady(MessageKind kind, int64_t step, int32_t micro_batch,
+                 int32_t chunk, std::chrono::steady_clock::time_point deadline);
 
   // Wakes every waiter with `status` (e.g. a neighbour's stream broke).
   // Later Receives fail with it until Reset.

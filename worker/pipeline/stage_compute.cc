@@ -15,6 +15,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long a drain's receive waits before running weight-gradient products
+// ahead: a gradient due any moment comes first, and the products fill only
+// the longer waits.
+constexpr auto kRunAheadAfter = std::chrono::milliseconds(1);
+// The fewest held rows not yet run that a layer runs ahead: each run ahead
+// costs the flush another pass over the layer's gradient (it reads the
+// sums back), which pays only for enough rows.
+constexpr int64_t kRunAheadRows = WeightGradQueue::kMaxRows / 2;
+
 }  // namespace
 
 StageCompute::StageCompute(const v1::StageConfig& config, StageSetup setup,
@@ -260,6 +269,7 @@ absl::Status StageCompute::Forward(int mb, int chunk, StepState* state,
                    models_[chunk]->Forward(micro.input, options,
                                            keep ? &micro.contexts : nullptr));
   counters_.Hold(ContextBytes(micro.contexts) + micro.output.bytes());
+  ++state->forwards;
   const double seconds = SecondsSince(start);
   counters_.forward_seconds += seconds;
   CountCompute(StageMetrics::kForward, seconds);
@@ -322,11 +332,45 @@ absl::Status StageCompute::ReceiveGradient(int mb, int chunk,
                                            StepState* state) {
   RETURN_IF_ERROR(
       PrepareWhileWaiting(MessageKind::kGradient, state->step, mb, chunk));
+  RETURN_IF_ERROR(RunWeightPassWhileWaiting(mb, chunk, *state));
   ASSIGN_OR_RETURN(StageMessage msg,
                    port_->Receive(MessageKind::kGradient, state->step, mb,
                                   chunk, &counters_.idle_seconds));
   ASSIGN_OR_RETURN(Micro(state, mb, chunk).grad_output,
                    OnBackend(msg.tensors.at(0)));
+  return absl::OkStatus();
+}
+
+absl::Status StageCompute::RunWeightPassWhileWaiting(int mb, int chunk,
+                                                     const StepState& state) {
+  if (state.forwards < static_cast<int>(state.micro.size()) ||
+      DeferredBytes() == 0) {
+    return absl::OkStatus();
+  }
+  Mailbox* mailbox = port_->mailbox();
+  const auto wait_start = Clock::now();
+  const bool arrived =
+      mailbox->WaitReady(MessageKind::kGradient, state.step, mb, chunk,
+                         wait_start + kRunAheadAfter);
+  const double waited = SecondsSince(wait_start);
+  counters_.idle_seconds += waited;
+  if (metrics_ != nullptr) metrics_->idle_seconds()->Increment(waited);
+  if (arrived) return absl::OkStatus();
+  const auto start = Clock::now();
+  bool ran = false;
+  for (bool more = true; more && !mailbox->Ready(MessageKind::kGradient,
+                                                 state.step, mb, chunk);) {
+    more = false;
+    for (auto& model : models_) {
+      ASSIGN_OR_RETURN(more, model->RunWeightGradsAhead(kRunAheadRows));
+      if (more) break;
+    }
+    ran = ran || more;
+  }
+  if (!ran) return absl::OkStatus();
+  const double seconds = SecondsSince(start);
+  counters_.backward_seconds += seconds;
+  CountCompute(StageMetrics::kWeight, seconds);
   return absl::OkStatus();
 }
 

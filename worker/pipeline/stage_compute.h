@@ -143,6 +143,15 @@ class StageCompute {
   // first, after checking stage 0's split size the micro-batch carries.
   absl::StatusOr<Tensor> Labels(int mb, int chunk, StepState* state);
   absl::Status ReceiveGradient(int mb, int chunk, StepState* state);
+  // With every forward of the step run (a drain: nothing waits on this
+  // stage but the backward it is about to run), while the gradient a
+  // receive waits for is not here after kRunAheadAfter: runs the held
+  // weight-gradient products ahead of the optimizer step, one layer at a
+  // time while the message stays away, each over at least kRunAheadRows
+  // rows not yet run (WeightGradQueue::RunAhead; the same bits). What it
+  // runs is counted as the weight pass, W.
+  absl::Status RunWeightPassWhileWaiting(int mb, int chunk,
+                                         const StepState& state);
   absl::Status Backward(int mb, int chunk, StepState* state, WeightUse* use);
   // Zero-bubble halves of Backward: B keeps in the micro-batch's contexts
   // only what W needs; W frees them.

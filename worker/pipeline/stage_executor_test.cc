@@ -98,6 +98,95 @@ TEST(StageExecutor, OneFOneBAndZeroBubbleMatchTheReference) {
   }
 }
 
+// Delivers like InMemoryLink, but holds back the gradient of one
+// micro-batch for `delay` first, as a slow neighbour would.
+class SlowGradientLink : public StageLink {
+ public:
+  SlowGradientLink(StageExecutor* to, int32_t micro_batch,
+                   std::chrono::milliseconds delay)
+      : inner_(to), micro_batch_(micro_batch), delay_(delay) {}
+  absl::Status Send(StageMessage message) override {
+    if (message.kind == MessageKind::kGradient &&
+        message.micro_batch == micro_batch_) {
+      std::this_thread::sleep_for(delay_);
+    }
+    return inner_.Send(std::move(message));
+  }
+
+ private:
+  InMemoryLink inner_;
+  const int32_t micro_batch_;
+  const std::chrono::milliseconds delay_;
+};
+
+// In a drain (every forward of the step run), stage 0 waits for the last
+// micro-batch's gradient, held back here by 30 ms; in that wait it runs the
+// weight-gradient products it holds ahead of its update, where its backend
+// resumes sums exactly (layers 256 wide on a CPU with AVX-512), and the
+// trace shows them in that receive. The weights still come out bit for bit
+// as the in-process trainer's, under every synchronous schedule.
+TEST(StageExecutor, HeldWeightProductsRunInADrainsWaitWithTheSameBits) {
+  v1::TrainingSpec spec;
+  ASSERT_TRUE(ParseJson(R"({
+    "model": {
+      "inputKind": "INPUT_KIND_FLOAT", "inputShape": [256],
+      "loss": "LOSS_KIND_SOFTMAX_CROSS_ENTROPY",
+      "layers": [
+        {"linear": {"inFeatures": 256, "outFeatures": 256}},
+        {"relu": {}},
+        {"linear": {"inFeatures": 256, "outFeatures": 256}},
+        {"relu": {}},
+        {"linear": {"inFeatures": 256, "outFeatures": 4}}
+      ]},
+    "data": {"synthetic": {"features": 256, "classes": 4,
+                           "trainSamples": 1024, "evalSamples": 64}},
+    "optimizer": {"sgd": {"lr": 0.05, "momentum": 0.9}},
+    "batchSize": 256, "microBatches": 8, "steps": 3, "seed": 5})",
+                        &spec)
+                  .ok());
+  auto backend = CreateCpuBackend(1);
+  const bool resumes = backend->ResumesSums(true, false, 256, 256, 256);
+  auto reference = LocalTrainer::Create(spec, backend.get());
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  for (int i = 0; i < spec.steps(); ++i) ASSERT_TRUE((*reference)->Step().ok());
+  auto want = (*reference)->model()->ParamsToHost();
+  ASSERT_TRUE(want.ok());
+  for (v1::ScheduleKindProto schedule :
+       {v1::SCHEDULE_GPIPE, v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_ZB_H1}) {
+    SCOPED_TRACE(v1::ScheduleKindProto_Name(schedule));
+    Pipeline p = BuildPipeline(spec, {2}, schedule);
+    ASSERT_EQ(p.stages.size(), 2u);
+    p.stages[1]->SetUpstream(std::make_shared<SlowGradientLink>(
+        p.stages[0].get(), 7, std::chrono::milliseconds(30)));
+    ASSERT_TRUE(TrainAll(p, spec.steps()).ok());
+    const std::vector<Tensor> got = WeightsInOrder(p);
+    ASSERT_EQ(got.size(), want->size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].ToVector(), (*want)[i].ToVector()) << "parameter " << i;
+    }
+    // Stage 0 holds the rows of its 256 x 256 layer (256 + 256 floats a
+    // row; 32 rows a micro-batch): every step they all run once, some in
+    // its receives (on a CPU that resumes sums: at the latest in the wait
+    // for the held-back gradient, with 224 rows held), the rest at its
+    // update.
+    std::map<int64_t, int64_t> in_receives, in_all;
+    const v1::GetTraceResponse trace = p.stages[0]->Trace(0);
+    for (const v1::TraceEvent& e : trace.events()) {
+      in_all[e.step()] += e.weight_grad_bytes_run();
+      if (e.op() == "RecvG") in_receives[e.step()] += e.weight_grad_bytes_run();
+    }
+    for (int64_t step = 0; step < spec.steps(); ++step) {
+      SCOPED_TRACE(::testing::Message() << "step " << step);
+      EXPECT_EQ(in_all[step], 8 * 32 * 512 * 4);
+      if (resumes) {
+        EXPECT_GT(in_receives[step], 0);
+      } else {
+        EXPECT_EQ(in_receives[step], 0);
+      }
+    }
+  }
+}
+
 // Where a stage's time went, as its metrics say: a zero-bubble schedule's
 // weight-gradient pass W is its own phase; so are the weight-gradient
 // products a synchronous stage holds over a step's micro-batches and runs

@@ -46,9 +46,10 @@ struct StepState {
   int64_t step = 0;
   // Per chunk, per micro-batch: micro[chunk * M + mb].
   std::vector<MicroBatch> micro;
-  int pending = 0;  // micro-batches whose backward has not finished
-  Tensor inputs;    // stage 0: the step's whole mini-batch's inputs (host)
-  Tensor labels;    // last stage: its labels (host), read by the stage
+  int pending = 0;   // micro-batches whose backward has not finished
+  int forwards = 0;  // forwards run (each micro-batch of each chunk once)
+  Tensor inputs;     // stage 0: the step's whole mini-batch's inputs (host)
+  Tensor labels;     // last stage: its labels (host), read by the stage
   // Stage 0 and the last stage: whether to read the next step's mini-batch
   // ahead.
   bool read_ahead = false;

@@ -119,6 +119,16 @@ class CpuBackend final : public Backend {
                           int64_t ldc) override {
     return gemm_.GemmPacked(m, a, lda, packed, c, ldc);
   }
+  bool ResumesSums(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                   int64_t max_k) const override {
+    return gemm_.ResumesSums(trans_a, trans_b, m, n, max_k);
+  }
+  absl::Status GemmResume(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                          int64_t k, const float* a, int64_t lda,
+                          const float* b, int64_t ldb, float* c,
+                          int64_t ldc) override {
+    return gemm_.GemmResume(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+  }
   absl::Status GemmStridedBatched(bool trans_a, bool trans_b, int64_t m,
                                   int64_t n, int64_t k, float alpha,
                                   const float* a, int64_t lda, int64_t stride_a,

@@ -584,6 +584,117 @@ TEST(CpuBackendPackedGemmTest, PackLaysOutEveryPanelAsDocumented) {
 }
 
 // An operand this backend did not pack is refused, not read.
+// A sum split in two: kWrite over the first k0 rows of depth, then
+// kResume over the rest, must give the bits of one kWrite over all k rows
+// (both kernels, both layouts of A, every group size, partial panels,
+// splits at the first and last row), and kAdd after kWrite must not (it
+// rounds the two partial sums separately), which shows the comparison can
+// tell them apart.
+TEST(CpuBackendPackedGemmTest, AResumedSumHasTheBitsOfOneSum) {
+  using packed_gemm::Isa;
+  using packed_gemm::Sum;
+  int differ = 0;
+  for (const Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+    if (!packed_gemm::IsaSupported(isa)) continue;
+    for (const bool trans_a : {false, true}) {
+      for (int64_t m : {1, 5, 9, 14, 15, 32}) {
+        for (int64_t n : {16, 33, 70}) {
+          const int64_t k = packed_gemm::kDepthBlock;
+          for (int64_t k0 : {1, 32, 224, 255}) {
+            SCOPED_TRACE(::testing::Message()
+                         << "isa " << static_cast<int>(isa) << " trans_a "
+                         << trans_a << " m " << m << " n " << n << " k0 "
+                         << k0);
+            // A is [m, k] (or stored [k, m]); B is [k, n].
+            const int64_t lda = trans_a ? m + 2 : k + 1, ldc = n + 3;
+            std::vector<float> a((trans_a ? k : m) * lda), b(k * n);
+            for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * i);
+            for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * i);
+            const int64_t panels = packed_gemm::PanelCount(n);
+            auto packed = [&](int64_t p0, int64_t rows) {
+              std::vector<float> out(packed_gemm::PackedSize(rows, n));
+              packed_gemm::Pack(false, rows, n, b.data() + p0 * n, n, 0, panels,
+                                out.data());
+              return out;
+            };
+            auto a_at = [&](int64_t p0) {
+              return trans_a ? a.data() + p0 * lda : a.data() + p0;
+            };
+            const std::vector<float> whole = packed(0, k),
+                                     first = packed(0, k0),
+                                     rest = packed(k0, k - k0);
+            std::vector<float> want(m * ldc, 0.0f), got(m * ldc, 0.0f);
+            packed_gemm::MultiplyWith(isa, m, k, n, a_at(0), lda, trans_a,
+                                      whole.data(), 0, panels, want.data(), ldc,
+                                      Sum::kWrite);
+            packed_gemm::MultiplyWith(isa, m, k0, n, a_at(0), lda, trans_a,
+                                      first.data(), 0, panels, got.data(), ldc,
+                                      Sum::kWrite);
+            std::vector<float> added = got;
+            packed_gemm::MultiplyWith(isa, m, k - k0, n, a_at(k0), lda, trans_a,
+                                      rest.data(), 0, panels, got.data(), ldc,
+                                      Sum::kResume);
+            ASSERT_EQ(got, want);
+            packed_gemm::MultiplyWith(isa, m, k - k0, n, a_at(k0), lda, trans_a,
+                                      rest.data(), 0, panels, added.data(), ldc,
+                                      Sum::kAdd);
+            if (added != want) ++differ;
+          }
+        }
+      }
+    }
+  }
+  if (!packed_gemm::IsaSupported(Isa::kAvx2)) {
+    GTEST_SKIP() << "this CPU has no AVX2/FMA";
+  }
+  EXPECT_GT(differ, 0);
+}
+
+// The backend resumes the sums of weight-gradient shaped products
+// (op(A) = A^T, both sides at least 256) whose depth fits one block, on a
+// CPU with AVX-512, and then gives one product's bits; it refuses the
+// rest rather than give other bits.
+TEST(CpuBackendPackedGemmTest, GemmResumeGivesOneGemmsBitsWhereItSaysItCan) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend(2);
+  const bool avx512 = packed_gemm::IsaSupported(packed_gemm::Isa::kAvx512);
+  EXPECT_EQ(backend->ResumesSums(true, false, 256, 300, 256), avx512);
+  EXPECT_FALSE(backend->ResumesSums(true, false, 256, 300, 257));
+  EXPECT_FALSE(backend->ResumesSums(true, false, 255, 300, 256));
+  EXPECT_FALSE(backend->ResumesSums(false, false, 256, 300, 256));
+  const int64_t m = 256, n = 300, k = 256, k0 = 96;
+  std::vector<float> a(k * m), b(k * n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * i);
+  std::vector<float> c(m * n, 0.0f);
+  EXPECT_EQ(backend
+                ->GemmResume(false, false, m, n, k, a.data(), m, b.data(), n,
+                             c.data(), n)
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  if (!avx512) GTEST_SKIP() << "this CPU lacks AVX-512: no sums resumed";
+  // dW = x^T dy over k rows, as a linear layer's weight gradient.
+  std::vector<float> want(m * n), got(m * n);
+  ASSERT_TRUE(backend
+                  ->Gemm(true, false, m, n, k, 1.0f, a.data(), m, b.data(), n,
+                         0.0f, want.data(), n)
+                  .ok());
+  ASSERT_TRUE(backend
+                  ->Gemm(true, false, m, n, k0, 1.0f, a.data(), m, b.data(), n,
+                         0.0f, got.data(), n)
+                  .ok());
+  ASSERT_TRUE(backend
+                  ->GemmResume(true, false, m, n, k - k0, a.data() + k0 * m, m,
+                               b.data() + k0 * n, n, got.data(), n)
+                  .ok());
+  EXPECT_EQ(got, want);
+  // And it is the product: one element against a double-precision sum.
+  double sum = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    sum += static_cast<double>(a[p * m + m - 1]) * b[p * n + n - 1];
+  }
+  EXPECT_NEAR(got[m * n - 1], sum, 1e-4 * (1 + std::sqrt(double(k))));
+}
+
 TEST(CpuBackendPackedGemmTest, AnOperandNotPackedHereIsRefused) {
   std::unique_ptr<Backend> backend = CreateCpuBackend(1);
   PackedOperand wrong;

@@ -60,8 +60,10 @@ absl::Status CpuGemm::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
       (m >= kWideSide && n >= kWideSide && (trans_a || k >= kWideSide)) ||
       (packs_every_large_ && m * n * k >= kMinPackedProduct);
   if (packs_wide_ && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && large) {
-    return GemmPackingB(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c,
-                        ldc);
+    return GemmPackingB(
+        trans_a, trans_b, m, n, k, a, lda, b, ldb,
+        beta == 0.0f ? packed_gemm::Sum::kWrite : packed_gemm::Sum::kAdd, c,
+        ldc);
   }
   if (!trans_a && trans_b && m <= kFewRows && n >= kWideSide &&
       k >= kWideSide && n <= kMaxScratchRows) {
@@ -104,6 +106,27 @@ absl::Status CpuGemm::GemmPacked(int64_t m, const float* a, int64_t lda,
   return absl::OkStatus();
 }
 
+bool CpuGemm::ResumesSums(bool trans_a, bool, int64_t m, int64_t n,
+                          int64_t max_k) const {
+  // Gemm's `large` holds for these whatever k, so the first part (beta 0)
+  // and a single call over every row take the packed kernel too.
+  return packs_wide_ && trans_a && m >= kWideSide && n >= kWideSide &&
+         max_k <= packed_gemm::kDepthBlock;
+}
+
+absl::Status CpuGemm::GemmResume(bool trans_a, bool trans_b, int64_t m,
+                                 int64_t n, int64_t k, const float* a,
+                                 int64_t lda, const float* b, int64_t ldb,
+                                 float* c, int64_t ldc) {
+  if (!ResumesSums(trans_a, trans_b, m, n, k)) {
+    return absl::FailedPreconditionError(
+        "GemmResume: this product's sums cannot be resumed (ResumesSums)");
+  }
+  if (m == 0 || n == 0 || k == 0) return absl::OkStatus();
+  return GemmPackingB(trans_a, trans_b, m, n, k, a, lda, b, ldb,
+                      packed_gemm::Sum::kResume, c, ldc);
+}
+
 absl::Status CpuGemm::GemmStridedBatched(bool trans_a, bool trans_b, int64_t m,
                                          int64_t n, int64_t k, float alpha,
                                          const float* a, int64_t lda,
@@ -127,7 +150,8 @@ absl::Status CpuGemm::GemmStridedBatched(bool trans_a, bool trans_b, int64_t m,
 absl::Status CpuGemm::GemmPackingB(bool trans_a, bool trans_b, int64_t m,
                                    int64_t n, int64_t k, const float* a,
                                    int64_t lda, const float* b, int64_t ldb,
-                                   float beta, float* c, int64_t ldc) {
+                                   packed_gemm::Sum sum, float* c,
+                                   int64_t ldc) {
   thread_local std::vector<float> packed;
   packed.resize(static_cast<size_t>(packed_gemm::PackedSize(k, n)));
   float* out = packed.data();
@@ -137,8 +161,7 @@ absl::Status CpuGemm::GemmPackingB(bool trans_a, bool trans_b, int64_t m,
   });
   pool_->Run(panels, kPanelGrain, [&](int64_t begin, int64_t end) {
     packed_gemm::MultiplyWith(packed_gemm::Isa::kAvx512, m, k, n, a, lda,
-                              trans_a, out, begin, end, c, ldc,
-                              /*accumulate=*/beta == 1.0f);
+                              trans_a, out, begin, end, c, ldc, sum);
   });
   return absl::OkStatus();
 }

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/compute/backend.h"
+#include "worker/compute/cpu/packed_gemm.h"
 #include "worker/compute/cpu/parallel_for.h"
 
 namespace pipetrain {
@@ -38,6 +39,14 @@ class CpuGemm {
                                    PackedOperand* packed);
   absl::Status GemmPacked(int64_t m, const float* a, int64_t lda,
                           const PackedOperand& packed, float* c, int64_t ldc);
+  // Products that Gemm sends to the packed kernel whatever their depth
+  // (trans_a, both sides at least kWideSide, AVX-512) and whose depth fits
+  // one of its depth blocks: its kResume continues their sums exactly.
+  bool ResumesSums(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                   int64_t max_k) const;
+  absl::Status GemmResume(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                          int64_t k, const float* a, int64_t lda,
+                          const float* b, int64_t ldb, float* c, int64_t ldc);
   absl::Status GemmStridedBatched(bool trans_a, bool trans_b, int64_t m,
                                   int64_t n, int64_t k, float alpha,
                                   const float* a, int64_t lda, int64_t stride_a,
@@ -48,8 +57,8 @@ class CpuGemm {
  private:
   absl::Status GemmPackingB(bool trans_a, bool trans_b, int64_t m, int64_t n,
                             int64_t k, const float* a, int64_t lda,
-                            const float* b, int64_t ldb, float beta, float* c,
-                            int64_t ldc);
+                            const float* b, int64_t ldb, packed_gemm::Sum sum,
+                            float* c, int64_t ldc);
   absl::Status FewRowsTimesTransposed(int64_t m, int64_t n, int64_t k,
                                       float alpha, const float* a, int64_t lda,
                                       const float* b, int64_t ldb, float beta,

@@ -208,18 +208,32 @@ bool IsaSupported(Isa isa) {
 namespace {
 
 // C[R rows, width columns] (+)= A-group (kc x R, interleaved) x panel
-// (kc x 16). Accumulates into C when `accumulate` (a later depth block).
+// (kc x 16), meeting C as `sum` says (kAdd: a later depth block).
 // Prefetches the kc lines at `prefetch` (the next panel, or this one).
 template <int R>
 __attribute__((target("avx2,fma"))) inline void Kernel(
     int64_t kc, const float* a, const float* panel, const float* prefetch,
-    float* c, int64_t ldc, bool accumulate, int64_t width) {
+    float* c, int64_t ldc, Sum sum, int64_t width) {
   __m256 lo[R];
   __m256 hi[R];
+  alignas(32) float tile[kPanelWidth];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    lo[r] = _mm256_setzero_ps();
-    hi[r] = _mm256_setzero_ps();
+    if (sum != Sum::kResume) {
+      lo[r] = _mm256_setzero_ps();
+      hi[r] = _mm256_setzero_ps();
+      continue;
+    }
+    // The sums go on from C's values (the padding columns from zero).
+    const float* row = c + r * ldc;
+    if (width == kPanelWidth) {
+      lo[r] = _mm256_loadu_ps(row);
+      hi[r] = _mm256_loadu_ps(row + 8);
+      continue;
+    }
+    for (int64_t q = 0; q < kPanelWidth; ++q) tile[q] = q < width ? row[q] : 0;
+    lo[r] = _mm256_load_ps(tile);
+    hi[r] = _mm256_load_ps(tile + 8);
   }
   for (int64_t p = 0; p < kc; ++p) {
     _mm_prefetch(reinterpret_cast<const char*>(prefetch + p * kPanelWidth),
@@ -237,7 +251,7 @@ __attribute__((target("avx2,fma"))) inline void Kernel(
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       float* row = c + r * ldc;
-      if (accumulate) {
+      if (sum == Sum::kAdd) {
         lo[r] = _mm256_add_ps(lo[r], _mm256_loadu_ps(row));
         hi[r] = _mm256_add_ps(hi[r], _mm256_loadu_ps(row + 8));
       }
@@ -246,7 +260,6 @@ __attribute__((target("avx2,fma"))) inline void Kernel(
     }
     return;
   }
-  alignas(32) float tile[kPanelWidth];
   // Unrolled like the loops above: a loop indexing lo/hi by a variable
   // would keep them in memory, and GCC would then store every accumulator
   // at every step of the main loop.
@@ -256,28 +269,27 @@ __attribute__((target("avx2,fma"))) inline void Kernel(
     _mm256_store_ps(tile + 8, hi[r]);
     float* row = c + r * ldc;
     for (int64_t q = 0; q < width; ++q) {
-      row[q] = accumulate ? row[q] + tile[q] : tile[q];
+      row[q] = sum == Sum::kAdd ? row[q] + tile[q] : tile[q];
     }
   }
 }
 
 __attribute__((target("avx2,fma"))) void RunKernel(
     int64_t rows, int64_t kc, const float* a, const float* panel,
-    const float* prefetch, float* c, int64_t ldc, bool accumulate,
-    int64_t width) {
+    const float* prefetch, float* c, int64_t ldc, Sum sum, int64_t width) {
   switch (rows) {
     case 6:
-      return Kernel<6>(kc, a, panel, prefetch, c, ldc, accumulate, width);
+      return Kernel<6>(kc, a, panel, prefetch, c, ldc, sum, width);
     case 5:
-      return Kernel<5>(kc, a, panel, prefetch, c, ldc, accumulate, width);
+      return Kernel<5>(kc, a, panel, prefetch, c, ldc, sum, width);
     case 4:
-      return Kernel<4>(kc, a, panel, prefetch, c, ldc, accumulate, width);
+      return Kernel<4>(kc, a, panel, prefetch, c, ldc, sum, width);
     case 3:
-      return Kernel<3>(kc, a, panel, prefetch, c, ldc, accumulate, width);
+      return Kernel<3>(kc, a, panel, prefetch, c, ldc, sum, width);
     case 2:
-      return Kernel<2>(kc, a, panel, prefetch, c, ldc, accumulate, width);
+      return Kernel<2>(kc, a, panel, prefetch, c, ldc, sum, width);
     default:
-      return Kernel<1>(kc, a, panel, prefetch, c, ldc, accumulate, width);
+      return Kernel<1>(kc, a, panel, prefetch, c, ldc, sum, width);
   }
 }
 
@@ -290,13 +302,19 @@ __attribute__((target("avx2,fma"))) void RunKernel(
 template <int R, int P>
 __attribute__((target("avx512f"))) inline void Kernel512(
     int64_t kc, const float* a, const float* panel, int64_t stride,
-    const float* prefetch, float* c, int64_t ldc, bool accumulate,
-    int64_t width) {
+    const float* prefetch, float* c, int64_t ldc, Sum sum, int64_t width) {
+  const __mmask16 last = static_cast<__mmask16>((1u << width) - 1);
   __m512 acc[R][P];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 2
-    for (int q = 0; q < P; ++q) acc[r][q] = _mm512_setzero_ps();
+    for (int q = 0; q < P; ++q) {
+      const __mmask16 mask = q == P - 1 ? last : static_cast<__mmask16>(0xffff);
+      // kResume: the sums go on from C's values (the padding from zero).
+      acc[r][q] = sum == Sum::kResume ? _mm512_maskz_loadu_ps(
+                                            mask, c + r * ldc + q * kPanelWidth)
+                                      : _mm512_setzero_ps();
+    }
   }
   for (int64_t p = 0; p < kc; ++p) {
     __m512 b[P];
@@ -315,14 +333,13 @@ __attribute__((target("avx512f"))) inline void Kernel512(
         acc[r][q] = _mm512_fmadd_ps(x, b[q], acc[r][q]);
     }
   }
-  const __mmask16 last = static_cast<__mmask16>((1u << width) - 1);
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 2
     for (int q = 0; q < P; ++q) {
       const __mmask16 mask = q == P - 1 ? last : static_cast<__mmask16>(0xffff);
       float* out = c + r * ldc + q * kPanelWidth;
-      if (accumulate) {
+      if (sum == Sum::kAdd) {
         acc[r][q] = _mm512_add_ps(acc[r][q], _mm512_maskz_loadu_ps(mask, out));
       }
       _mm512_mask_storeu_ps(out, mask, acc[r][q]);
@@ -331,7 +348,7 @@ __attribute__((target("avx512f"))) inline void Kernel512(
 }
 
 using Kernel512Fn = void (*)(int64_t, const float*, const float*, int64_t,
-                             const float*, float*, int64_t, bool, int64_t);
+                             const float*, float*, int64_t, Sum, int64_t);
 
 // Kernel512<R, P> for R = 1 .. kAvx512Rows, indexed by R - 1.
 template <int P, int... R>
@@ -343,11 +360,11 @@ constexpr std::array<Kernel512Fn, sizeof...(R)> Kernel512Table(
 template <int P>
 void RunKernel512(int64_t rows, int64_t kc, const float* a, const float* panel,
                   int64_t stride, const float* prefetch, float* c, int64_t ldc,
-                  bool accumulate, int64_t width) {
+                  Sum sum, int64_t width) {
   static constexpr auto kTable = Kernel512Table<P>(
       std::make_integer_sequence<int, static_cast<int>(kAvx512Rows)>());
   kTable[std::clamp<int64_t>(rows, 1, kAvx512Rows) - 1](
-      kc, a, panel, stride, prefetch, c, ldc, accumulate, width);
+      kc, a, panel, stride, prefetch, c, ldc, sum, width);
 }
 
 // One depth block (kc rows of op(B), every row of A interleaved in
@@ -361,8 +378,7 @@ void RunKernel512(int64_t rows, int64_t kc, const float* a, const float* panel,
 // arithmetic.
 __attribute__((target("avx512f"))) void Avx512DepthBlock(
     int64_t m, int64_t n, int64_t kc, const float* a_block, const float* block,
-    int64_t panel_begin, int64_t panel_end, float* c, int64_t ldc,
-    bool accumulate) {
+    int64_t panel_begin, int64_t panel_end, float* c, int64_t ldc, Sum sum) {
   const int64_t stride = kc * kPanelWidth;
   auto tile = [&](int64_t i, int64_t rows, int64_t j, int64_t panels,
                   const float* prefetch) {
@@ -372,11 +388,11 @@ __attribute__((target("avx512f"))) void Avx512DepthBlock(
     const float* a_group = a_block + i * kc;
     float* out = c + i * ldc + j * kPanelWidth;
     if (panels == 2) {
-      RunKernel512<2>(rows, kc, a_group, panel, stride, prefetch, out, ldc,
-                      accumulate, width);
+      RunKernel512<2>(rows, kc, a_group, panel, stride, prefetch, out, ldc, sum,
+                      width);
     } else {
-      RunKernel512<1>(rows, kc, a_group, panel, stride, prefetch, out, ldc,
-                      accumulate, width);
+      RunKernel512<1>(rows, kc, a_group, panel, stride, prefetch, out, ldc, sum,
+                      width);
     }
   };
   auto pair = [&](int64_t j) { return panel_end - j >= 2 ? 2 : 1; };
@@ -415,16 +431,16 @@ void MultiplyWith(Isa isa, int64_t m, int64_t k, int64_t n, const float* a,
                   int64_t lda, const float* packed, int64_t panel_begin,
                   int64_t panel_end, float* c, int64_t ldc) {
   MultiplyWith(isa, m, k, n, a, lda, /*trans_a=*/false, packed, panel_begin,
-               panel_end, c, ldc, /*accumulate=*/false);
+               panel_end, c, ldc, Sum::kWrite);
 }
 
 void MultiplyWith(Isa isa, int64_t m, int64_t k, int64_t n, const float* a,
                   int64_t lda, bool trans_a, const float* packed,
                   int64_t panel_begin, int64_t panel_end, float* c, int64_t ldc,
-                  bool accumulate) {
+                  Sum sum) {
   if (m <= 0 || panel_begin >= panel_end) return;
   if (k == 0) {  // an empty sum
-    if (accumulate) return;
+    if (sum != Sum::kWrite) return;
     const int64_t col0 = panel_begin * kPanelWidth;
     const int64_t cols = std::min(n, panel_end * kPanelWidth) - col0;
     for (int64_t i = 0; i < m; ++i) {
@@ -451,7 +467,7 @@ void MultiplyWith(Isa isa, int64_t m, int64_t k, int64_t n, const float* a,
     if (isa == Isa::kAvx512) {
       Avx512DepthBlock(m, n, kc, a_block.data(),
                        packed + PanelOffset(n, p0, kc, 0), panel_begin,
-                       panel_end, c, ldc, p0 > 0 || accumulate);
+                       panel_end, c, ldc, p0 > 0 ? Sum::kAdd : sum);
       continue;
     }
     for (int64_t j = panel_begin; j < panel_end; ++j) {
@@ -464,7 +480,7 @@ void MultiplyWith(Isa isa, int64_t m, int64_t k, int64_t n, const float* a,
         // The first group pulls the next panel into cache while it works.
         RunKernel(rows, kc, a_block.data() + i * kc, panel,
                   i == 0 ? next : panel, c + i * ldc + col, ldc,
-                  p0 > 0 || accumulate, width);
+                  p0 > 0 ? Sum::kAdd : sum, width);
       }
     }
   }
@@ -485,7 +501,7 @@ void MultiplyWith(Isa, int64_t, int64_t, int64_t, const float*, int64_t,
   std::abort();
 }
 void MultiplyWith(Isa, int64_t, int64_t, int64_t, const float*, int64_t, bool,
-                  const float*, int64_t, int64_t, float*, int64_t, bool) {
+                  const float*, int64_t, int64_t, float*, int64_t, Sum) {
   std::abort();
 }
 

@@ -70,14 +70,25 @@ void Multiply(int64_t m, int64_t k, int64_t n, const float* a, int64_t lda,
 void MultiplyWith(Isa isa, int64_t m, int64_t k, int64_t n, const float* a,
                   int64_t lda, const float* packed, int64_t panel_begin,
                   int64_t panel_end, float* c, int64_t ldc);
+// How a product meets what C holds.
+enum class Sum {
+  kWrite,  // C = the product; C is never read
+  kAdd,    // C = C + the product (each output's sum over k, then added)
+  // Each output's sum carries on from the value C holds, as if the products
+  // that made it came first in the same sum: a kWrite over the first k0
+  // rows of op(A) and op(B), then a kResume over the rest, gives the bits
+  // of one kWrite over all of them, when k0 + k <= kDepthBlock. Past the
+  // first depth block of this call, later blocks add as kAdd does.
+  kResume,
+};
+
 // The general form: C (+)= op(A) op(B), op(A) = A [m, k] or, with trans_a,
-// A^T (A stored [k, m] with row stride lda). With `accumulate` the product
-// is added to C (each output: C + its sum over k, in the order the other
-// form sums); without, C is written, never read.
+// A^T (A stored [k, m] with row stride lda). `sum` says how the product
+// meets C (kWrite: C is written, never read).
 void MultiplyWith(Isa isa, int64_t m, int64_t k, int64_t n, const float* a,
                   int64_t lda, bool trans_a, const float* packed,
                   int64_t panel_begin, int64_t panel_end, float* c, int64_t ldc,
-                  bool accumulate);
+                  Sum sum);
 
 }  // namespace packed_gemm
 }  // namespace pipetrain
