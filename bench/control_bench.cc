@@ -39,6 +39,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/bench_env.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "services/http/test_http_client.h"
@@ -65,10 +66,7 @@ double Seconds(Clock::duration d) {
 
 // PIPETRAIN_BENCH_SECONDS, default 10.
 double LoadSeconds() {
-  const char* env = std::getenv("PIPETRAIN_BENCH_SECONDS");
-  double s = 0;
-  if (env != nullptr && absl::SimpleAtod(env, &s) && s > 0) return s;
-  return 10;
+  return PositiveEnvDouble("PIPETRAIN_BENCH_SECONDS", 10);
 }
 
 // ---- Children and temp dirs go with the bench, also on SIGINT/SIGTERM ----

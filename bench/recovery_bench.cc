@@ -37,6 +37,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/bench_env.h"
 #include "bench/bench_models.h"
 #include "common/status_macros.h"
 #include "services/rpc/grpc_util.h"
@@ -56,10 +57,7 @@ constexpr int64_t kRecoverySteps = 100000;  // cancelled once recovered
 constexpr double kTimeoutSeconds = 900;
 
 int Reps() {
-  const char* env = std::getenv("PIPETRAIN_BENCH_REPS");
-  int n = 0;
-  if (env != nullptr && absl::SimpleAtoi(env, &n) && n > 0) return n;
-  return 3;
+  return static_cast<int>(PositiveEnvInt("PIPETRAIN_BENCH_REPS", 3));
 }
 
 int64_t UnixMs() {

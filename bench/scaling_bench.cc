@@ -88,6 +88,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "bench/bench_env.h"
 #include "bench/bench_models.h"
 #include "common/median.h"
 #include "common/proto_json.h"
@@ -106,13 +107,6 @@ namespace {
 
 constexpr int kWorkers = 2;
 constexpr char kChildFlag[] = "--capacity_child";
-
-int EnvInt(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  int out = 0;
-  if (v == nullptr || !absl::SimpleAtoi(v, &out) || out < 1) return fallback;
-  return out;
-}
 
 // 784-2048, four 2048x2048 blocks, 2048-10: 11 layers.
 v1::TrainingSpec MlpSpec() {
@@ -605,9 +599,11 @@ std::string Label(const Case& c) {
 }
 
 int Main() {
-  const int reps = EnvInt("PIPETRAIN_BENCH_REPS", 3);
-  const int steps = EnvInt("PIPETRAIN_BENCH_STEPS", 6);
-  const int warmup = EnvInt("PIPETRAIN_BENCH_WARMUP", 2);
+  const int reps = static_cast<int>(PositiveEnvInt("PIPETRAIN_BENCH_REPS", 3));
+  const int steps =
+      static_cast<int>(PositiveEnvInt("PIPETRAIN_BENCH_STEPS", 6));
+  const int warmup =
+      static_cast<int>(PositiveEnvInt("PIPETRAIN_BENCH_WARMUP", 2));
   // Two pairs of workers: the second's CPU backends pack no weights, for
   // the packed-vs-unpacked comparison (idle while the other pair runs).
   std::vector<testing::Worker> workers, unpacked_workers;

@@ -37,6 +37,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/bench_env.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -52,8 +53,8 @@ constexpr int64_t kBytesPerSize = 512 * kMiB;
 
 // Frame payload size; PIPETRAIN_CHUNK_BYTES overrides it for experiments.
 size_t ChunkBytes() {
-  const char* env = std::getenv("PIPETRAIN_CHUNK_BYTES");
-  return env != nullptr ? std::strtoull(env, nullptr, 10) : kDefaultChunkBytes;
+  return static_cast<size_t>(
+      PositiveEnvInt("PIPETRAIN_CHUNK_BYTES", kDefaultChunkBytes));
 }
 
 double Now() {

@@ -75,6 +75,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_env.h"
 #include "bench/bench_models.h"
 #include "common/proto_json.h"
 #include "spec/schedule.h"
@@ -121,13 +122,6 @@ void ApplyConfig(const Config& config, v1::JobSpec* job) {
 constexpr int kWorkers = 2;
 constexpr int kRecentSteps = 20;  // what the scheduler's step time covers
 constexpr char kLoopback[] = "loopback";
-
-int EnvInt(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  int out = 0;
-  if (v == nullptr || !absl::SimpleAtoi(v, &out) || out < 1) return fallback;
-  return out;
-}
 
 std::vector<std::string> EnvList(const char* name,
                                  std::vector<std::string> fallback) {
@@ -321,7 +315,8 @@ bool ChooseConfigs(const std::vector<std::string>& scenarios,
     Config own;
     own.name = kCustom;
     own.scenarios = scenarios;
-    own.batch_scale = EnvInt("PIPETRAIN_BENCH_BATCH_SCALE", 1);
+    own.batch_scale =
+        static_cast<int>(PositiveEnvInt("PIPETRAIN_BENCH_BATCH_SCALE", 1));
     if (schedule != nullptr && *schedule != '\0') {
       const absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(schedule);
       if (!kind.ok()) {
@@ -377,9 +372,12 @@ int Main() {
     std::printf("bench_wan: %s\n", ready.ToString().c_str());
     return 1;
   }
-  const int reps = EnvInt("PIPETRAIN_BENCH_REPS", 1);
-  const int steps = std::min(EnvInt("PIPETRAIN_BENCH_STEPS", 20), kRecentSteps);
-  const int warmup = EnvInt("PIPETRAIN_BENCH_WARMUP", 3);
+  const int reps = static_cast<int>(PositiveEnvInt("PIPETRAIN_BENCH_REPS", 1));
+  const int steps =
+      std::min(static_cast<int>(PositiveEnvInt("PIPETRAIN_BENCH_STEPS", 20)),
+               kRecentSteps);
+  const int warmup =
+      static_cast<int>(PositiveEnvInt("PIPETRAIN_BENCH_WARMUP", 3));
   const std::vector<std::string> wires =
       EnvList("PIPETRAIN_BENCH_WIRES", {"f32", "bf16", "int8", "int4"});
   const std::vector<std::string> scenarios =
