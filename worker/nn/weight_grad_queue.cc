@@ -111,7 +111,10 @@ absl::Status WeightGradQueue::Run(Group* group) {
 absl::StatusOr<bool> WeightGradQueue::RunAhead(int64_t min_rows) {
   for (Group& group : groups_) {
     const int64_t rows = group.rows;
-    if (group.declined || rows == 0 || rows - group.done < min_rows) continue;
+    // At least one row: a layer with nothing left to run never counts.
+    if (group.declined || rows - group.done < std::max<int64_t>(min_rows, 1)) {
+      continue;
+    }
     ASSIGN_OR_RETURN(const Tensor x, group.x_stack.SliceRows(0, rows));
     ASSIGN_OR_RETURN(const Tensor dy, group.dy_stack.SliceRows(0, rows));
     ASSIGN_OR_RETURN(const bool ran, group.accumulate(x, dy, group.done,

@@ -85,8 +85,8 @@ class WeightGradQueue {
   // Runs every layer's held rows, layers in the order they first came.
   absl::Status Flush();
   // Runs ahead the held rows of one layer: the first, in the order they
-  // came, with at least `min_rows` held rows not yet run, that does not
-  // decline (Accumulate). Its rows stay held until its flush, which runs
+  // came, with at least `min_rows` (and one) held rows not yet run, that does
+  // not decline (Accumulate). Its rows stay held until its flush, which runs
   // the rest. Returns whether a layer ran.
   absl::StatusOr<bool> RunAhead(int64_t min_rows);
   // Runs the held rows of the layers named by any of `owners` (the

@@ -341,6 +341,15 @@ TEST(WeightGradQueueRunAheadTest, RowsRunAheadGiveTheFlushTheBitsOfOneProduct) {
       }
     }
   }
+  if (resumes) {
+    // Every held row has run ahead once: nothing is left to run again.
+    auto again = ahead.RunAhead(0);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(*again);  // micro-batches 6 and 7
+    again = ahead.RunAhead(0);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_FALSE(*again);
+  }
   ASSERT_TRUE(plain.Flush().ok());
   ASSERT_TRUE(ahead.Flush().ok());
   EXPECT_EQ(ahead.held_bytes(), 0);
