@@ -52,9 +52,12 @@ constexpr int64_t kMiB = 1 << 20;
 constexpr int64_t kBytesPerSize = 512 * kMiB;
 
 // Frame payload size; PIPETRAIN_CHUNK_BYTES overrides it for experiments.
+// Read once, first thing in Main: a bad value stops the bench before it
+// forks its receiver.
 size_t ChunkBytes() {
-  return static_cast<size_t>(
+  static const size_t bytes = static_cast<size_t>(
       PositiveEnvInt("PIPETRAIN_CHUNK_BYTES", kDefaultChunkBytes));
+  return bytes;
 }
 
 double Now() {
@@ -370,6 +373,7 @@ bool MeasureCodecs(std::string* json) {
 }
 
 int Main() {
+  (void)ChunkBytes();
   std::string json = "{\"bench\":\"transport\"";
   if (!MeasureCodecs(&json)) return 1;
   int pipe_fds[2];
