@@ -45,23 +45,27 @@ absl::StatusOr<StageMessage> Mailbox::Receive(
     std::chrono::steady_clock::time_point deadline) {
   const Key key{static_cast<int>(kind), step, micro_batch, chunk};
   absl::MutexLock lock(&mu_);
-  while (true) {
-    if (!failure_.ok()) return failure_;
-    auto it = messages_.find(key);
-    if (it != messages_.end()) {
-      StageMessage out = std::move(it->second);
-      messages_.erase(it);
-      return out;
-    }
+  if (!AwaitLocked(key, deadline)) {
+    return absl::UnavailableError(
+        absl::StrCat("timed out waiting for the ", MessageKindName(kind),
+                     " of step ", step, " micro-batch ", micro_batch,
+                     chunk != 0 ? absl::StrCat(" chunk ", chunk) : ""));
+  }
+  if (!failure_.ok()) return failure_;
+  auto it = messages_.find(key);
+  StageMessage out = std::move(it->second);
+  messages_.erase(it);
+  return out;
+}
+
+bool Mailbox::AwaitLocked(const Key& key,
+                          std::chrono::steady_clock::time_point deadline) {
+  while (failure_.ok() && messages_.count(key) == 0) {
     const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      return absl::UnavailableError(
-          absl::StrCat("timed out waiting for the ", MessageKindName(kind),
-                       " of step ", step, " micro-batch ", micro_batch,
-                       chunk != 0 ? absl::StrCat(" chunk ", chunk) : ""));
-    }
+    if (now >= deadline) return false;
     cv_.WaitWithTimeout(&mu_, absl::FromChrono(deadline - now));
   }
+  return true;
 }
 
 bool Mailbox::Ready(MessageKind kind, int64_t step, int32_t micro_batch,
@@ -76,12 +80,7 @@ bool Mailbox::WaitReady(MessageKind kind, int64_t step, int32_t micro_batch,
                         std::chrono::steady_clock::time_point deadline) {
   const Key key{static_cast<int>(kind), step, micro_batch, chunk};
   absl::MutexLock lock(&mu_);
-  while (failure_.ok() && messages_.count(key) == 0) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return false;
-    cv_.WaitWithTimeout(&mu_, absl::FromChrono(deadline - now));
-  }
-  return true;
+  return AwaitLocked(key, deadline);
 }
 
 void Mailbox::Fail(const absl::Status& status) {

@@ -98,6 +98,11 @@ class Mailbox {
 
  private:
   using Key = std::tuple<int, int64_t, int32_t, int32_t>;
+  // Waits until `key` is here or the mailbox has failed (true), or the
+  // deadline passes (false).
+  bool AwaitLocked(const Key& key,
+                   std::chrono::steady_clock::time_point deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   std::map<Key, StageMessage> messages_ ABSL_GUARDED_BY(mu_);

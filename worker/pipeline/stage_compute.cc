@@ -347,15 +347,11 @@ absl::Status StageCompute::RunWeightPassWhileWaiting(int mb, int chunk,
       DeferredBytes() == 0) {
     return absl::OkStatus();
   }
-  Mailbox* mailbox = port_->mailbox();
-  const auto wait_start = Clock::now();
-  const bool arrived =
-      mailbox->WaitReady(MessageKind::kGradient, state.step, mb, chunk,
-                         wait_start + kRunAheadAfter);
-  const double waited = SecondsSince(wait_start);
-  counters_.idle_seconds += waited;
-  if (metrics_ != nullptr) metrics_->idle_seconds()->Increment(waited);
-  if (arrived) return absl::OkStatus();
+  if (port_->WaitFor(MessageKind::kGradient, state.step, mb, chunk,
+                     kRunAheadAfter, &counters_.idle_seconds)) {
+    return absl::OkStatus();
+  }
+  const Mailbox* mailbox = port_->mailbox();
   const auto start = Clock::now();
   bool ran = false;
   for (bool more = true; more && !mailbox->Ready(MessageKind::kGradient,
@@ -367,10 +363,8 @@ absl::Status StageCompute::RunWeightPassWhileWaiting(int mb, int chunk,
     }
     ran = ran || more;
   }
-  if (!ran) return absl::OkStatus();
-  const double seconds = SecondsSince(start);
-  counters_.backward_seconds += seconds;
-  CountCompute(StageMetrics::kWeight, seconds);
+  // The rows stay held until the flush: no held bytes are released here.
+  if (ran) CountWeightPass(/*deferred=*/0, SecondsSince(start));
   return absl::OkStatus();
 }
 

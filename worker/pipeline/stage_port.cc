@@ -80,11 +80,26 @@ absl::StatusOr<StageMessage> StagePort::Receive(MessageKind kind, int64_t step,
       kind, step, mb, chunk,
       start + std::chrono::duration_cast<Clock::duration>(
                   std::chrono::duration<double>(recv_timeout_s_)));
+  CountIdle(start, idle_seconds);
+  return msg;
+}
+
+bool StagePort::WaitFor(MessageKind kind, int64_t step, int mb, int chunk,
+                        std::chrono::steady_clock::duration wait,
+                        double* idle_seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  const bool ready = mailbox_.WaitReady(kind, step, mb, chunk, start + wait);
+  CountIdle(start, idle_seconds);
+  return ready;
+}
+
+void StagePort::CountIdle(std::chrono::steady_clock::time_point start,
+                          double* idle_seconds) {
   const double idle =
-      std::chrono::duration<double>(Clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   *idle_seconds += idle;
   if (metrics_ != nullptr) metrics_->idle_seconds()->Increment(idle);
-  return msg;
 }
 
 }  // namespace pipetrain

@@ -11,6 +11,7 @@
 #ifndef PIPETRAIN_WORKER_PIPELINE_STAGE_PORT_H_
 #define PIPETRAIN_WORKER_PIPELINE_STAGE_PORT_H_
 
+#include <chrono>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -48,8 +49,16 @@ class StagePort {
   // *idle_seconds and to the idle metric.
   absl::StatusOr<StageMessage> Receive(MessageKind kind, int64_t step, int mb,
                                        int chunk, double* idle_seconds);
+  // Waits up to `wait` for that message without taking it (true when it is
+  // here or the mailbox failed), counting the seconds waited as Receive
+  // does.
+  bool WaitFor(MessageKind kind, int64_t step, int mb, int chunk,
+               std::chrono::steady_clock::duration wait, double* idle_seconds);
 
  private:
+  // Adds the seconds since `start` to *idle_seconds and the idle metric.
+  void CountIdle(std::chrono::steady_clock::time_point start,
+                 double* idle_seconds);
   absl::Status SendOn(const std::shared_ptr<StageLink>& link,
                       StageMessage message);
 
