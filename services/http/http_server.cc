@@ -184,6 +184,15 @@ absl::Status ValidateOptions(const HttpServerOptions& options) {
 // may wait for it as long.
 constexpr time_t kKeepAliveSeconds = 2;
 
+// Connections the kernel completes before the accept loop takes them.
+// Debian's libcpp-httplib is compiled with a backlog of 5
+// (CPPHTTPLIB_LISTEN_BACKLOG cannot be set from here): 100 clients
+// connecting at once to a scheduler whose accept thread waited for a core
+// lost SYNs, which clients resend after 1, 3, 7 s (bench_control's REST
+// p99 about 1 s, its slowest calls 4-12 s; ARCHITECTURE "The wire"). The
+// kernel caps this at net.core.somaxconn.
+constexpr int kListenBacklog = SOMAXCONN;
+
 std::string OpenSslError() {
   const unsigned long code = ERR_get_error();
   ERR_clear_error();
@@ -221,8 +230,10 @@ absl::StatusOr<std::unique_ptr<httplib::Server>> NewHttpsServer(
   return server;
 }
 
+// `listen_fd` is set to each socket httplib creates for binding, so after a
+// successful bind it names the listening socket.
 absl::StatusOr<std::unique_ptr<httplib::Server>> NewHttplibServer(
-    const HttpServerOptions& options) {
+    const HttpServerOptions& options, int* listen_fd) {
   std::unique_ptr<httplib::Server> server;
   if (options.tls_cert_file.empty()) {
     server = std::make_unique<httplib::Server>();
@@ -235,7 +246,8 @@ absl::StatusOr<std::unique_ptr<httplib::Server>> NewHttplibServer(
   };
   // httplib's default sets SO_REUSEPORT, which would let a second server
   // share a busy port instead of failing to bind it.
-  server->set_socket_options([](int fd) {
+  server->set_socket_options([listen_fd](int fd) {
+    *listen_fd = fd;
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   });
@@ -267,7 +279,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const HttpServerOptions& options) {
   RETURN_IF_ERROR(ValidateOptions(options));
   std::unique_ptr<HttpServer> server(new HttpServer(options));
-  ASSIGN_OR_RETURN(server->server_, NewHttplibServer(options));
+  ASSIGN_OR_RETURN(server->server_,
+                   NewHttplibServer(options, &server->listen_fd_));
   server->InstallCatchAllRoutes();
 
   const std::string host = options.host.empty() ? "0.0.0.0" : options.host;
@@ -280,6 +293,13 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   if (port <= 0) {
     return absl::UnavailableError(absl::StrCat(
         "http: cannot listen on ", address, ProbeBindError(options)));
+  }
+  // Listening again on a listening socket only sets its backlog.
+  if (server->listen_fd_ < 0 ||
+      ::listen(server->listen_fd_, kListenBacklog) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("http: cannot set the listen backlog on ", address, ": ",
+                     std::strerror(errno)));
   }
   server->port_ = port;
   httplib::Server* raw = server->server_.get();

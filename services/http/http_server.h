@@ -128,6 +128,8 @@ class HttpServer {
   // Constant after Start.
   const HttpServerOptions options_;
   int port_ = 0;
+  // The listening socket (httplib owns it); set while Start binds.
+  int listen_fd_ = -1;
 
   // Set in Start, never replaced; its handlers only call Dispatch.
   std::unique_ptr<httplib::Server> server_;

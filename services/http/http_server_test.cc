@@ -1,7 +1,14 @@
 #include "services/http/http_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -265,6 +272,57 @@ TEST(HttpServer, StopIsIdempotentAndClosesThePort) {
             absl::StatusCode::kUnavailable);
   server.reset();                        // the destructor stops again
   EXPECT_EQ(OpenFdCount(), fds_before);  // nothing leaked
+}
+
+// The accept-queue limit of the IPv4 TCP socket listening on `port`, as
+// the kernel reports it (sock_diag: idiag_wqueue of a listening socket is
+// its backlog), or -1 when none is found.
+int ListenBacklog(int port) {
+  const int fd =
+      socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (fd < 0) return -1;
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 request;
+  } ask{};
+  ask.header.nlmsg_len = sizeof(ask);
+  ask.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  ask.header.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  ask.request.sdiag_family = AF_INET;
+  ask.request.sdiag_protocol = IPPROTO_TCP;
+  ask.request.idiag_states = 1u << TCP_LISTEN;
+  int backlog = -1;
+  if (send(fd, &ask, sizeof(ask), 0) == static_cast<ssize_t>(sizeof(ask))) {
+    alignas(nlmsghdr) char buffer[16384];
+    for (bool done = false; !done;) {
+      ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      for (auto* h = reinterpret_cast<nlmsghdr*>(buffer); NLMSG_OK(h, n);
+           h = NLMSG_NEXT(h, n)) {
+        if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
+          done = true;
+          break;
+        }
+        const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+        if (ntohs(m->id.idiag_sport) == port) {
+          backlog = static_cast<int>(m->idiag_wqueue);
+        }
+      }
+    }
+  }
+  close(fd);
+  return backlog;
+}
+
+// Many clients connecting at once wait in the kernel's accept queue
+// instead of losing their SYNs: Debian's httplib listens with a backlog
+// of 5, which the server raises.
+TEST(HttpServer, ListensWithARoomyAcceptQueue) {
+  std::unique_ptr<HttpServer> server = StartLoopback();
+  ASSERT_NE(server, nullptr);
+  EXPECT_GE(ListenBacklog(server->port()), 128);
+  server->Handle("GET", "/ok", [](const HttpRequest&) { return Json("ok"); });
+  EXPECT_EQ(Send(server->port(), "GET", "/ok")->body, "ok");
 }
 
 TEST(HttpServer, ServesConcurrentClients) {
