@@ -20,8 +20,10 @@
 //
 // Pipeline: GPipe, 1F1B-flush and ZB-H1 at M = 8 and M = 16 on K = 2
 // pipetrain-worker processes, cut where the project's planner puts the
-// cut (BuildPlan over the Profile of worker 0, exactly as the scheduler
-// plans a job). Capacity and pipeline runs alternate: every repetition
+// cut (BuildPlan over the Profile of worker 0 and what the workers measured
+// of their own message costs and CPUs, as the scheduler plans a job; the
+// links between them are not probed, so the plan takes the topology's
+// default for loopback). Capacity and pipeline runs alternate: every repetition
 // measures capacity and then each pipeline case, per model; the figures
 // are medians over PIPETRAIN_BENCH_REPS repetitions, with their range, and
 // each vs_capacity ratio is the median of the per-repetition ratios.
@@ -96,6 +98,7 @@
 #include "scheduler/plan_builder.h"
 #include "services/http/test_http_client.h"
 #include "services/rpc/grpc_util.h"
+#include "services/worker/planner_figures.h"
 #include "spec/job_spec.h"
 #include "spec/schedule.h"
 #include "tests/cluster_harness.h"
@@ -547,9 +550,33 @@ struct Case {
   std::vector<std::vector<double>> simulated_idle;
 };
 
+// What the scheduler would know of `workers` once registered: the figures
+// each measured of itself at start (message costs, CPUs; read from its
+// /metrics, planner_figures.h), all on this machine.
+absl::StatusOr<std::vector<v1::WorkerInfo>> DescribeWorkers(
+    const std::vector<testing::Worker>& workers) {
+  std::vector<v1::WorkerInfo> infos;
+  for (const testing::Worker& worker : workers) {
+    auto r =
+        testing_http::Send(worker.process->port("metrics"), "GET", "/metrics");
+    if (!r.ok()) return r.status();
+    if (r->status != 200) {
+      return absl::UnavailableError(
+          absl::StrCat("GET /metrics of ", worker.address, ": ", r->status));
+    }
+    v1::WorkerInfo info;
+    RETURN_IF_ERROR(ReadPlannerFigures(r->body, &info));
+    info.set_host_id("this machine");
+    infos.push_back(std::move(info));
+  }
+  return infos;
+}
+
 // The plan the scheduler would make for this case on K workers of equal
-// speed and ample memory.
-absl::Status PlanCase(const v1::ProfileResponse& profile, Case* c) {
+// speed and ample memory, with `measured`'s message costs and host (the
+// links between them are not probed: the topology's default).
+absl::Status PlanCase(const v1::ProfileResponse& profile,
+                      const std::vector<v1::WorkerInfo>& measured, Case* c) {
   PlanInputs in;
   in.job_id = "plan";
   *in.spec.mutable_training() = c->spec;
@@ -557,7 +584,7 @@ absl::Status PlanCase(const v1::ProfileResponse& profile, Case* c) {
   in.spec.set_num_stages(kWorkers);
   in.profile = profile;
   for (int k = 0; k < kWorkers; ++k) {
-    v1::WorkerInfo w;
+    v1::WorkerInfo w = measured[k];
     w.set_id(absl::StrFormat("w%d", k));
     w.set_address(absl::StrFormat("w%d", k));
     w.set_memory_bytes(int64_t{64} << 30);
@@ -617,6 +644,12 @@ int Main() {
       return 1;
     }
     (unpacked ? unpacked_workers : workers).push_back(std::move(*w));
+  }
+  const absl::StatusOr<std::vector<v1::WorkerInfo>> worker_figures =
+      DescribeWorkers(workers);
+  if (!worker_figures.ok()) {
+    std::fprintf(stderr, "%s\n", worker_figures.status().ToString().c_str());
+    return 1;
   }
   std::vector<std::string> models = {"mlp", "lm"};
   if (const char* only = std::getenv("PIPETRAIN_BENCH_MODEL")) {
@@ -679,7 +712,7 @@ int Main() {
                        profile.status().ToString().c_str());
           return 1;
         }
-        const absl::Status planned = PlanCase(**profile, &c);
+        const absl::Status planned = PlanCase(**profile, *worker_figures, &c);
         if (!planned.ok()) {
           std::fprintf(stderr, "plan %s %s M=%d: %s\n", model.c_str(), name, m,
                        planned.ToString().c_str());

@@ -33,6 +33,7 @@
 #include "services/rpc/grpc_util.h"
 #include "services/rpc/process_util.h"
 #include "services/worker/link_prober.h"
+#include "services/worker/planner_figures.h"
 #include "services/worker/stage_access.h"
 #include "services/worker/stage_service.h"
 #include "services/worker/stage_streams.h"
@@ -308,6 +309,7 @@ absl::Status Run() {
   const std::string host_id = absl::GetFlag(FLAGS_host_id);
   if (host_id != "-") info.set_host_id(host_id.empty() ? HostId() : host_id);
   info.set_host_cpus(AffinityCpus());
+  RETURN_IF_ERROR(ExportPlannerFigures(info, &registry));
   std::unique_ptr<WorkerAgent> agent;
   if (!absl::GetFlag(FLAGS_scheduler).empty()) {
     agent = std::make_unique<WorkerAgent>(absl::GetFlag(FLAGS_scheduler), info,
