@@ -330,18 +330,29 @@ double Now() {
       .count();
 }
 
+// A worker's /metrics text.
+absl::StatusOr<std::string> MetricsText(const testing::Worker& worker) {
+  auto r =
+      testing_http::Send(worker.process->port("metrics"), "GET", "/metrics");
+  if (!r.ok()) return r.status();
+  if (r->status != 200) {
+    return absl::UnavailableError(
+        absl::StrCat("GET /metrics of ", worker.address, ": ", r->status));
+  }
+  return std::move(r->body);
+}
+
 Scrape ScrapeStage(const testing::Worker& worker, int64_t steps) {
   Scrape out;
   out.at = Now();
   out.steps = steps;
   out.cpu = ProcessCpuSeconds(worker.process->pid());
-  const int metrics_port = worker.process->port("metrics");
-  auto r = testing_http::Send(metrics_port, "GET", "/metrics");
-  if (!r.ok() || r->status != 200) return out;
+  const absl::StatusOr<std::string> text = MetricsText(worker);
+  if (!text.ok()) return out;
   const std::string compute = "pipetrain_stage_compute_seconds_total{phase=\"";
   const std::string idle = "pipetrain_stage_idle_seconds_total";
   const std::string send = "pipetrain_stage_send_seconds_total";
-  for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     std::string key;
     if (absl::StartsWith(line, compute)) {
       line.remove_prefix(compute.size());
@@ -557,15 +568,9 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> DescribeWorkers(
     const std::vector<testing::Worker>& workers) {
   std::vector<v1::WorkerInfo> infos;
   for (const testing::Worker& worker : workers) {
-    auto r =
-        testing_http::Send(worker.process->port("metrics"), "GET", "/metrics");
-    if (!r.ok()) return r.status();
-    if (r->status != 200) {
-      return absl::UnavailableError(
-          absl::StrCat("GET /metrics of ", worker.address, ": ", r->status));
-    }
+    ASSIGN_OR_RETURN(const std::string text, MetricsText(worker));
     v1::WorkerInfo info;
-    RETURN_IF_ERROR(ReadPlannerFigures(r->body, &info));
+    RETURN_IF_ERROR(ReadPlannerFigures(text, &info));
     info.set_host_id("this machine");
     infos.push_back(std::move(info));
   }
