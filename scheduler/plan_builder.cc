@@ -128,6 +128,7 @@ PlanRequest BuildRequest(const PlanInputs& in, const WorkerSpeeds& speeds) {
       MessageOverhead(in.message_overhead_seconds, in.workers);
   request.message_cpu_seconds =
       MessageCpu(request.message_overhead_seconds, in.workers);
+  request.message_cpu_seconds_per_byte = MessageCpuPerByte(in.workers);
   request.stream_extra_seconds =
       StreamExtraLatency(in.message_overhead_seconds, in.workers);
   for (size_t i = 0; i < in.workers.size(); ++i) {

@@ -94,6 +94,10 @@ struct PlanRequest {
   // CPU per message end, every thread of the process counted (gRPC's
   // pollers, TLS): what it takes from the CPUs a machine's workers share.
   double message_cpu_seconds = 0.0;
+  // The CPU each byte of a message's payload adds to each of its ends
+  // (MessageCpuPerByte): a message end takes message_cpu_seconds plus its
+  // wire bytes times this.
+  double message_cpu_seconds_per_byte = 0.0;
   // What a message's way along a stage stream takes beyond what the plan
   // already charges it (the link's one-way latency and
   // message_overhead_seconds at each end): StreamExtraLatency. Added to

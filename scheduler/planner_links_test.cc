@@ -369,6 +369,25 @@ TEST(SharedCpuStepTest, StagesOnOneMachineShareItsCpus) {
   EXPECT_EQ(SharedCpuStep(MlpSpec(), request, stages, 1).seconds, 0.0);
 }
 
+// A message end takes more CPU the larger its payload: 1024 bytes at
+// 0.1 us a byte add 0.1024 ms to each of the 32 ends above.
+TEST(SharedCpuStepTest, LargerMessagesTakeMoreOfTheMachinesCpu) {
+  const std::vector<StageAssignment> stages = {Stage(0, 1, 0), Stage(1, 2, 1),
+                                               Stage(2, 3, 2)};
+  PlanRequest request = SharedMachineRequest();
+  request.message_cpu_seconds_per_byte = 1e-7;
+  const double messages = 32 * (0.0001 + 1024 * 1e-7);
+  const SharedCpuBound bound = SharedCpuStep(MlpSpec(), request, stages, 1);
+  EXPECT_NEAR(bound.seconds, (0.036 + 0.0015 + messages) / 2, 1e-12);
+  EXPECT_THAT(bound.explanation,
+              ::testing::HasSubstr("32 message ends 6.477)"));
+  // The wire's bytes count, where they differ from the activation's: a
+  // gradient of half the bytes on each cut.
+  for (LayerCost& layer : request.layers) layer.gradient_wire_bytes = 512;
+  EXPECT_NEAR(SharedCpuStep(MlpSpec(), request, stages, 1).seconds,
+              (0.036 + 0.0015 + messages - 16 * 512 * 1e-7) / 2, 1e-12);
+}
+
 // The floor raises a plan's prediction when it is above the simulated
 // step: two stages on one machine with one CPU take the sum of their work.
 TEST(SharedCpuStepTest, PlansOnASharedMachineArePredictedAtItsFloor) {
@@ -415,6 +434,32 @@ TEST(SharedCpuStepTest, PlansOnASharedMachineArePredictedAtItsFloor) {
                                    "CPU a message end"));
   EXPECT_THAT(separate->explanation(),
               ::testing::Not(::testing::HasSubstr("sharing")));
+}
+
+// The workers' measured CPU per byte of payload: on one CPU the step is
+// all the work, each of the 4 M message ends now 0.1 ms plus 2 ns for each
+// of the activation's (and the gradient's) 32 KiB on the wire; the
+// median over the workers that measured it.
+TEST(SharedCpuStepTest, PlansChargeEachMessageEndItsPayloadsCpu) {
+  PlanInputs shared = TwoWorkerInputs(0.0);
+  for (v1::WorkerInfo& w : shared.workers) {
+    w.set_host_id("machine-a");
+    w.set_host_cpus(1);
+    w.set_message_cpu_seconds(0.0001);
+  }
+  shared.workers[0].set_message_cpu_seconds_per_byte(2e-9);
+  absl::StatusOr<v1::Plan> plan = BuildPlan(shared);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const int m = shared.spec.training().micro_batches();
+  const double end = 0.0001 + 16 * 512 * 4 * 2e-9;
+  EXPECT_NEAR(plan->predicted_step_seconds(), m * 2 * 0.003 + 4 * m * end,
+              1e-9);
+  EXPECT_THAT(plan->explanation(),
+              ::testing::HasSubstr("and 2.000 ms per MB of payload"));
+  EXPECT_EQ(MessageCpuPerByte(shared.workers), 2e-9);
+  shared.workers[1].set_message_cpu_seconds_per_byte(4e-9);
+  shared.workers.push_back(shared.workers[1]);
+  EXPECT_EQ(MessageCpuPerByte(shared.workers), 4e-9);
 }
 
 // Four layers of equal compute; the activation after layer 0 is small, the

@@ -113,6 +113,27 @@ StageWork WorkOf(const PlanRequest& request, const StageAssignment& stage) {
   return work;
 }
 
+// Wire bytes of a micro-batch's activation, and of its gradient, across
+// the cut after layer `last`.
+double ActivationWireBytes(const PlanRequest& request, int last) {
+  const LayerCost& cut = request.layers[last];
+  return static_cast<double>(cut.activation_wire_bytes >= 0
+                                 ? cut.activation_wire_bytes
+                                 : cut.activation_bytes);
+}
+double GradientWireBytes(const PlanRequest& request, int last) {
+  const LayerCost& cut = request.layers[last];
+  return static_cast<double>(cut.gradient_wire_bytes >= 0
+                                 ? cut.gradient_wire_bytes
+                                 : cut.activation_bytes);
+}
+
+// The CPU one end of a message of `bytes` on the wire takes.
+double MessageEndCpu(const PlanRequest& request, double bytes) {
+  return request.message_cpu_seconds +
+         bytes * request.message_cpu_seconds_per_byte;
+}
+
 // The machines the stages' workers run on (PlannerWorker::host_id and
 // host_cpus; a worker with no id or no CPU count is on a machine of its
 // own, -1), for SimulatedStep and SharedCpuStep; false when none is known.
@@ -159,6 +180,17 @@ double MessageCpu(double overhead_seconds,
   }
   // Unmeasured: at least the stage's own wait.
   return cpu.empty() ? overhead_seconds : Median(cpu);
+}
+
+double MessageCpuPerByte(const std::vector<v1::WorkerInfo>& workers) {
+  std::vector<double> per_byte;
+  for (const v1::WorkerInfo& w : workers) {
+    if (w.message_cpu_seconds_per_byte() > 0 &&
+        std::isfinite(w.message_cpu_seconds_per_byte())) {
+      per_byte.push_back(w.message_cpu_seconds_per_byte());
+    }
+  }
+  return per_byte.empty() ? 0.0 : Median(per_byte);
 }
 
 double StreamExtraLatency(double configured,
@@ -242,20 +274,17 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
     c.forward += o * neighbours;
     c.backward += o * neighbours;
     if (s + 1 < k) {
-      const LayerCost& cut = request.layers[a.layer_end - 1];
-      const double bytes = cut.activation_wire_bytes >= 0
-                               ? cut.activation_wire_bytes
-                               : cut.activation_bytes;
+      const double bytes = ActivationWireBytes(request, a.layer_end - 1);
       c.activation_transfer = bytes / down[s].bandwidth_bytes_per_s;
+      c.activation_message_cpu =
+          std::max(0.0, MessageEndCpu(request, bytes) - o);
       c.send = 0.25 * (down[s].rtt_seconds + up[s + 1].rtt_seconds) +
                request.stream_extra_seconds;
     }
     if (s > 0) {
-      const LayerCost& cut = request.layers[a.layer_begin - 1];
-      const double bytes = cut.gradient_wire_bytes >= 0
-                               ? cut.gradient_wire_bytes
-                               : cut.activation_bytes;
+      const double bytes = GradientWireBytes(request, a.layer_begin - 1);
       c.gradient_transfer = bytes / up[s].bandwidth_bytes_per_s;
+      c.gradient_message_cpu = std::max(0.0, MessageEndCpu(request, bytes) - o);
       c.gradient_send = 0.25 * (up[s].rtt_seconds + down[s - 1].rtt_seconds) +
                         request.stream_extra_seconds;
     }
@@ -266,8 +295,13 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
   if (shared != nullptr && note != nullptr) {
     *note = absl::StrFormat(
         " (the stages and their messages sharing their machines' CPUs, "
-        "%.3f ms of CPU a message end beyond its stage's)",
+        "%.3f ms of CPU a message end beyond its stage's",
         machines.message_cpu * 1e3);
+    if (request.message_cpu_seconds_per_byte > 0) {
+      absl::StrAppendFormat(&*note, " and %.3f ms per MB of payload",
+                            request.message_cpu_seconds_per_byte * 1e9);
+    }
+    *note += ")";
   }
   ScheduleParams params;
   params.kind = *kind;
@@ -304,6 +338,7 @@ SharedCpuBound SharedCpuStep(const v1::JobSpec& spec,
     double passes = 0;
     double updates = 0;
     int64_t message_ends = 0;
+    double messages = 0;  // their CPU
   };
   const double m = request.micro_batches;
   const int64_t updates =
@@ -324,24 +359,31 @@ SharedCpuBound SharedCpuStep(const v1::JobSpec& spec,
     machine.passes += m * (work.forward + work.backward);
     machine.updates += updates * work.optimizer;
     const int neighbours = (s > 0) + (s + 1 < n);
-    // Each micro-batch's activation and gradient, sent and received.
+    // Each micro-batch's activation and gradient, sent and received, on
+    // each side with a neighbour.
     machine.message_ends += static_cast<int64_t>(m) * 2 * neighbours;
+    // A side's ends: the activation and the gradient across its cut.
+    const auto side = [&](int last) {
+      return m * (MessageEndCpu(request, ActivationWireBytes(request, last)) +
+                  MessageEndCpu(request, GradientWireBytes(request, last)));
+    };
+    if (s > 0) machine.messages += side(stages[s].layer_begin - 1);
+    if (s + 1 < n) machine.messages += side(stages[s].layer_end - 1);
   }
   SharedCpuBound out;
   for (const auto& [id, machine] : machines) {
-    const double messages = machine.message_ends * request.message_cpu_seconds;
-    const double cpu = machine.passes + machine.updates + messages;
+    const double cpu = machine.passes + machine.updates + machine.messages;
     const double floor = cpu / machine.cpus;
     out.seconds = std::max(out.seconds, floor);
     if (machine.stages < 2) continue;
     absl::StrAppendFormat(
         &out.explanation,
         "machine %s: %d stages on %d CPUs spend %.3f ms of CPU a step "
-        "(passes %.3f, updates %.3f, %d message ends x %.3f ms): a step "
-        "takes at least %.3f ms\n",
+        "(passes %.3f, updates %.3f, %d message ends %.3f): a step takes "
+        "at least %.3f ms\n",
         id.substr(0, 8), machine.stages, machine.cpus, cpu * 1e3,
         machine.passes * 1e3, machine.updates * 1e3, machine.message_ends,
-        request.message_cpu_seconds * 1e3, floor * 1e3);
+        machine.messages * 1e3, floor * 1e3);
   }
   return out;
 }

@@ -31,6 +31,11 @@ double MessageOverhead(double configured,
 // `overhead_seconds` (MessageOverhead's figure).
 double MessageCpu(double overhead_seconds,
                   const std::vector<v1::WorkerInfo>& workers);
+// The CPU a byte of payload adds to a message end
+// (PlanRequest::message_cpu_seconds_per_byte): the median of what the
+// workers measured (WorkerInfo.message_cpu_seconds_per_byte), 0 when none
+// did.
+double MessageCpuPerByte(const std::vector<v1::WorkerInfo>& workers);
 // PlanRequest::stream_extra_seconds: 0 when `configured` >= 0 (the flag
 // sets the message costs), else the median over the workers that measured
 // both of stream_hop_seconds - 4 x message_overhead_seconds, at least 0
@@ -67,9 +72,10 @@ double OptimizerSecondsPerStep(const v1::JobSpec& spec,
 // request.stream_extra_seconds). Where the workers' machines are known
 // (PlannerWorker::host_id, host_cpus) the stages and their messages share
 // each machine's CPUs (SimMachines): a message end takes
-// request.message_cpu_seconds less the overhead its stage's pass already
-// charges, on its machine's CPUs, before the message arrives; then `note`
-// (when given) says so, else it is left empty.
+// request.message_cpu_seconds, plus message_cpu_seconds_per_byte for each
+// of its wire bytes, less the overhead its stage's pass already charges, on
+// its machine's CPUs, before the message arrives; then `note` (when given)
+// says so, else it is left empty.
 double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
                      const std::vector<StageAssignment>& stages,
                      std::string* note = nullptr);
@@ -78,9 +84,10 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
 // (PlannerWorker::host_id; workers with no id or no CPU count are left
 // out), the CPU its stages spend in a step, divided by its CPUs. A stage's
 // CPU in a step: its forward and backward passes over the step's
-// micro-batches, its optimizer updates, and request.message_cpu_seconds for
-// each message end (each micro-batch's activation and gradient, sent and
-// received, on each side that has a neighbour). Stages on one machine run
+// micro-batches, its optimizer updates, and the CPU of each message end
+// (each micro-batch's activation and gradient, sent and received, on each
+// side that has a neighbour: request.message_cpu_seconds plus
+// message_cpu_seconds_per_byte for each wire byte). Stages on one machine run
 // their passes at once only while it has a free CPU for each; gRPC's
 // threads take from the same CPUs. `seconds` is the largest machine's
 // floor (0 when none is known); `explanation` a line for each machine

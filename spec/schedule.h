@@ -169,6 +169,11 @@ struct SimCosts {
   // together when one more would pass that, or at its optimizer step. 0:
   // each runs in its own pass.
   int held_weight_grads = 0;
+  // On shared machines (SimMachines): the CPU each end of an activation
+  // (gradient) message this stage sends takes on its machine, when it
+  // differs from SimMachines::message_cpu (< 0: that), e.g. by its size.
+  double activation_message_cpu = -1.0;
+  double gradient_message_cpu = -1.0;
 };
 
 struct SimResult {
@@ -199,7 +204,8 @@ struct SimResult {
 // stage's passes and each message's CPU share its machine's CPUs: while n
 // of them run on a machine of c CPUs, each advances at min(1, c / n) of
 // its own speed (processor sharing; a stage runs on one thread). A message
-// takes message_cpu on its sender's machine and then on its receiver's,
+// takes message_cpu (or what its sending stage's SimCosts gives its
+// messages) on its sender's machine and then on its receiver's,
 // from the moment it is sent, and arrives once both are done and its
 // latency (SimCosts::send after its transfer) has passed: when the CPUs
 // are free the latency alone counts, as without machines.
@@ -207,8 +213,10 @@ struct SimMachines {
   // Per stage: its machine, an index into `cpus`; -1: one of its own that
   // is never short of a CPU (and runs its end of a message at once).
   std::vector<int> machine_of;
-  std::vector<int> cpus;     // per machine, >= 1
-  double message_cpu = 0.0;  // per message end, beyond the passes' share
+  std::vector<int> cpus;  // per machine, >= 1
+  // Per message end, beyond the passes' share, unless the sending stage's
+  // SimCosts gives its messages their own.
+  double message_cpu = 0.0;
 };
 
 // Runs the K streams against each other with the given costs (uniform over

@@ -3,6 +3,7 @@
 // CPU before it arrives. Every expected figure is worked out by hand from
 // the streams, or is the unshared simulator's where nothing is short of a
 // CPU.
+#include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -111,6 +112,31 @@ TEST(SharedMachinesTest, AMessageArrivesAfterItsEndsAndItsLatency) {
   EXPECT_NEAR(r.makespan, 6.0 + 2 * 1.0, kTol);
   const SimMachines one = OneMachine(2, 1, 0.3);
   EXPECT_NEAR(Simulate(p, SimCosts{}, {}, &one).makespan, 7.2, kTol);
+}
+
+// A stage's own message CPU (SimCosts::activation_message_cpu,
+// gradient_message_cpu, by their size) wins over the machine's: K = 2,
+// M = 1 on two CPUs, the activation's ends 0.1 each and the gradient's 0.4
+// each. F0 [0, 1]; the activation's ends [1, 1.2]; stage 1's F0 [1.2, 2.2]
+// and B0 [2.2, 4.2]; the gradient's ends [4.2, 5.0]; stage 0's B0
+// [5.0, 7.0]. At the machine's 0.3 an end it was 7.2 (above).
+TEST(SharedMachinesTest, AStagesOwnMessageCpuWinsOverTheMachines) {
+  const ScheduleParams p = Params(ScheduleKind::kGPipe, 2, 1);
+  const SimMachines two = OneMachine(2, 2, 0.3);
+  std::vector<SimCosts> costs(2);
+  costs[0].activation_message_cpu = 0.1;  // stage 0 sends the activation
+  costs[1].gradient_message_cpu = 0.4;    // stage 1 sends the gradient
+  SimResult r = Simulate(p, SimCosts{}, costs, &two);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_NEAR(r.makespan, 7.0, kTol);
+  // Left unset (< 0), each takes the machine's.
+  costs[1].gradient_message_cpu = -1.0;
+  r = Simulate(p, SimCosts{}, costs, &two);
+  EXPECT_NEAR(r.makespan, 6.0 + 2 * 0.1 + 2 * 0.3, kTol);
+  // Not a number: refused.
+  costs[1].gradient_message_cpu = std::nan("");
+  EXPECT_EQ(Simulate(p, SimCosts{}, costs, &two).status.code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Three runnable on two CPUs: each at two thirds. GPipe, K = 3, M = 3 (F

@@ -66,7 +66,9 @@ absl::Status ValidateCosts(const std::vector<SimCosts>& costs, size_t k) {
          {c.forward, c.backward, c.send, c.optimizer, c.activation_transfer,
           c.gradient_transfer, std::max(c.gradient_send, 0.0),
           std::max(c.weight_grad, 0.0),
-          static_cast<double>(c.held_weight_grads)}) {
+          static_cast<double>(c.held_weight_grads),
+          std::max(c.activation_message_cpu, 0.0),
+          std::max(c.gradient_message_cpu, 0.0)}) {
       if (!(x >= 0.0) || !std::isfinite(x)) {
         return absl::InvalidArgumentError(
             absl::StrCat("costs must be finite and >= 0, got ", x));
@@ -352,7 +354,8 @@ struct SharedMessage {
   int to = 0;  // virtual stage
   int micro_batch = 0;
   int machine[2] = {-1, -1};
-  int end = 0;  // 0, 1: whose CPU it takes now; 2: its CPU is done
+  int end = 0;       // 0, 1: whose CPU it takes now; 2: its CPU is done
+  double cpu = 0.0;  // at each end
   double remaining = 0.0;
   double ready = 0.0;
 };
@@ -363,12 +366,13 @@ absl::Status PipelineSim::RunShared(const SimMachines& machines) {
   RETURN_IF_ERROR(ValidateMachines(machines, num_stages_));
   std::vector<SharedPass> passes(num_stages_);
   std::vector<SharedMessage> messages;
-  const double cpu = machines.message_cpu;
   // Skips the ends that take no CPU (no message CPU, or a machine of its
   // own, which has one free).
-  auto settle = [cpu](SharedMessage& msg) {
-    while (msg.end < 2 && (cpu <= 0.0 || msg.machine[msg.end] < 0)) ++msg.end;
-    msg.remaining = msg.end < 2 ? cpu : 0.0;
+  auto settle = [](SharedMessage& msg) {
+    while (msg.end < 2 && (msg.cpu <= 0.0 || msg.machine[msg.end] < 0)) {
+      ++msg.end;
+    }
+    msg.remaining = msg.end < 2 ? msg.cpu : 0.0;
   };
   double now = 0.0;
   while (true) {
@@ -393,6 +397,9 @@ absl::Status PipelineSim::RunShared(const SimMachines& machines) {
           msg.micro_batch = in.micro_batch;
           msg.machine[0] = machines.machine_of[s];
           msg.machine[1] = machines.machine_of[msg.to % num_stages_];
+          const double own = msg.gradient ? costs_[s].gradient_message_cpu
+                                          : costs_[s].activation_message_cpu;
+          msg.cpu = own >= 0.0 ? own : machines.message_cpu;
           msg.ready = SendReady(s, in, now);
           settle(msg);
           messages.push_back(msg);

@@ -147,6 +147,10 @@ TEST_F(LinkProberTest, MeasuresAStageStreamOnItsOwnServer) {
   EXPECT_LT(cost->hop_seconds, 0.1);
   EXPECT_GT(cost->cpu_seconds, 0.0);
   EXPECT_LT(cost->cpu_seconds, 0.01);
+  // The 64 KiB messages came back as sent too; what a byte adds is far
+  // below a second a megabyte.
+  EXPECT_GE(cost->cpu_seconds_per_byte, 0.0);
+  EXPECT_LT(cost->cpu_seconds_per_byte, 1e-6);
   StreamProbeOptions quick;
   quick.deadline_seconds = 0.5;
   EXPECT_FALSE(MeasureStreamMessageCost("127.0.0.1:1", quick).ok());
@@ -163,6 +167,28 @@ absl::StatusOr<StreamMessageCost> ProbeOnceFree(
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return cost;
+}
+
+// Without the large messages the payload's cost is not measured (0); large
+// ones no larger than the small ones, or past what an echo may carry, are
+// refused before anything is sent.
+TEST_F(LinkProberTest, TheStreamProbesLargeMessagesAreOptional) {
+  StreamProbeOptions small_only;
+  small_only.messages = 10;
+  small_only.large_floats = 0;
+  absl::StatusOr<StreamMessageCost> cost =
+      ProbeOnceFree(target_.address(), small_only);
+  ASSERT_TRUE(cost.ok()) << cost.status();
+  EXPECT_GT(cost->cpu_seconds, 0.0);
+  EXPECT_EQ(cost->cpu_seconds_per_byte, 0.0);
+  for (int64_t large : {int64_t{64}, int64_t{32},
+                        UpstreamStream::kMaxEchoBytes / 4 + 1, int64_t{-1}}) {
+    StreamProbeOptions bad;
+    bad.large_floats = static_cast<int>(large);
+    EXPECT_EQ(MeasureStreamMessageCost(target_.address(), bad).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << large;
+  }
 }
 
 TEST_F(LinkProberTest, OneStreamProbeAtATime) {

@@ -33,6 +33,13 @@ const Figure kFigures[] = {
      "start (WorkerInfo.message_cpu_seconds)",
      [](const v1::WorkerInfo& i) { return i.message_cpu_seconds(); },
      [](double v, v1::WorkerInfo* i) { i->set_message_cpu_seconds(v); }},
+    {"pipetrain_worker_message_cpu_seconds_per_byte",
+     "CPU a byte of payload adds to a stage-stream message end, measured "
+     "at start (WorkerInfo.message_cpu_seconds_per_byte)",
+     [](const v1::WorkerInfo& i) { return i.message_cpu_seconds_per_byte(); },
+     [](double v, v1::WorkerInfo* i) {
+       i->set_message_cpu_seconds_per_byte(v);
+     }},
     {"pipetrain_worker_stream_hop_seconds",
      "One stage-stream message's way from the sending thread to the woken "
      "receiver, measured at start (WorkerInfo.stream_hop_seconds)",

@@ -1,9 +1,10 @@
 // The figures a worker measures of itself when it starts and reports at
 // registration for the planner (WorkerInfo: message_overhead_seconds,
-// message_cpu_seconds, stream_hop_seconds, host_cpus), also served as
-// gauges on its /metrics: an operator sees what the scheduler was told,
-// and a caller that plans without a scheduler (bench_scaling) reads the
-// same figures back. The one place that names these gauges.
+// message_cpu_seconds, message_cpu_seconds_per_byte, stream_hop_seconds,
+// host_cpus), also served as gauges on its /metrics: an operator sees what
+// the scheduler was told, and a caller that plans without a scheduler
+// (bench_scaling) reads the same figures back. The one place that names
+// these gauges.
 #ifndef PIPETRAIN_SERVICES_WORKER_PLANNER_FIGURES_H_
 #define PIPETRAIN_SERVICES_WORKER_PLANNER_FIGURES_H_
 

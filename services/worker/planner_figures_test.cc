@@ -16,6 +16,7 @@ v1::WorkerInfo Measured() {
   info.set_message_overhead_seconds(0.000125);
   info.set_message_cpu_seconds(0.0000875);
   info.set_stream_hop_seconds(0.00031);
+  info.set_message_cpu_seconds_per_byte(1.25e-9);
   info.set_host_cpus(2);
   return info;
 }
@@ -31,6 +32,8 @@ TEST(PlannerFigures, ServedAsGaugesInTheTextFormat) {
                               "8.75e-05\n"));
   EXPECT_THAT(text,
               HasSubstr("\npipetrain_worker_stream_hop_seconds 0.00031\n"));
+  EXPECT_THAT(text, HasSubstr("\npipetrain_worker_message_cpu_seconds_per_"
+                              "byte 1.25e-09\n"));
   EXPECT_THAT(text, HasSubstr("\npipetrain_worker_host_cpus 2\n"));
 }
 
@@ -44,6 +47,7 @@ TEST(PlannerFigures, ReadBackFromMetricsGiveWhatTheWorkerRegistered) {
   EXPECT_EQ(read.message_overhead_seconds(), 0.000125);
   EXPECT_EQ(read.message_cpu_seconds(), 0.0000875);
   EXPECT_EQ(read.stream_hop_seconds(), 0.00031);
+  EXPECT_EQ(read.message_cpu_seconds_per_byte(), 1.25e-9);
   EXPECT_EQ(read.host_cpus(), 2);
 }
 

@@ -138,62 +138,50 @@ class ProbeStream final
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace
-
-absl::StatusOr<StreamMessageCost> MeasureStreamMessageCost(
-    const std::string& own_address, const StreamProbeOptions& options) {
-  if (options.messages < 1 || options.warmup < 0 || options.floats < 1 ||
-      options.floats * 4 > UpstreamStream::kMaxEchoBytes ||
-      !(options.gap_seconds >= 0) || !(options.batch_gap_seconds >= 0) ||
-      !(options.deadline_seconds > 0)) {
-    return absl::InvalidArgumentError("bad stream probe options");
-  }
-  ProbeStream stream(own_address);
-  stream.Start();
+// One series of round trips on `stream`: `options.warmup` untimed, then
+// `options.messages` timed, each message of `floats` values after an idle
+// gap, numbered from *step on.
+struct ProbeSeries {
+  std::vector<double> round_trips;
+  // Process CPU per round trip, per batch of kCpuBatch.
+  std::vector<double> cpu_per_round;
+};
+absl::StatusOr<ProbeSeries> RunSeries(ProbeStream* stream, int floats,
+                                      const StreamProbeOptions& options,
+                                      int64_t* step) {
   StageMessage message;
   message.kind = MessageKind::kActivation;
-  message.tensors = {Tensor::Host({1, options.floats})};
+  message.tensors = {Tensor::Host({1, floats})};
   float* values = message.tensors[0].f32();
-  for (int i = 0; i < options.floats; ++i) values[i] = 0.25f * i;
-
-  std::vector<double> round_trips;
-  std::vector<double> cpu_per_round;
+  for (int i = 0; i < floats; ++i) values[i] = 0.25f * i;
+  ProbeSeries out;
   const int rounds = options.warmup + options.messages;
   const int batch = std::min(options.messages, kCpuBatch);
   // The CPU of a batch counts its gaps too: what gRPC's threads do after
   // a message has arrived (finishing a write, going back to sleep) is
   // still the message's.
   double batch_start = 0;
-  absl::Status failure;
-  for (int i = 0; i < rounds && failure.ok(); ++i) {
+  for (int i = 0; i < rounds; ++i) {
     if (i == options.warmup) batch_start = ProcessCpuSeconds();
     std::this_thread::sleep_for(
         std::chrono::duration<double>(options.gap_seconds));
-    message.step = i;
+    message.step = (*step)++;
     const auto start = std::chrono::steady_clock::now();
-    failure = stream.Send(message);
-    if (!failure.ok()) break;
-    absl::StatusOr<StageMessage> echo =
-        stream.Receive(i, options.deadline_seconds);
+    RETURN_IF_ERROR(stream->Send(message));
+    ASSIGN_OR_RETURN(StageMessage echo,
+                     stream->Receive(message.step, options.deadline_seconds));
     const double seconds = SecondsSince(start);
-    if (!echo.ok()) {
-      failure = echo.status();
-      break;
-    }
-    if (echo->tensors.size() != 1 ||
-        echo->tensors[0].numel() != options.floats ||
-        !std::equal(values, values + options.floats, echo->tensors[0].f32())) {
-      failure =
-          absl::DataLossError("the probe's echo differs from what it sent");
-      break;
+    if (echo.tensors.size() != 1 || echo.tensors[0].numel() != floats ||
+        !std::equal(values, values + floats, echo.tensors[0].f32())) {
+      return absl::DataLossError("the probe's echo differs from what it sent");
     }
     if (i < options.warmup) continue;
-    round_trips.push_back(seconds);
-    if (round_trips.size() % batch == 0) {
+    out.round_trips.push_back(seconds);
+    if (out.round_trips.size() % batch == 0) {
       // Past the batch's last echo: its trailing work had the next gap.
       std::this_thread::sleep_for(
           std::chrono::duration<double>(options.gap_seconds));
-      cpu_per_round.push_back((ProcessCpuSeconds() - batch_start) / batch);
+      out.cpu_per_round.push_back((ProcessCpuSeconds() - batch_start) / batch);
       // Batches spread over a longer time: a burst of other work on the
       // machine sways fewer of them.
       std::this_thread::sleep_for(
@@ -201,6 +189,32 @@ absl::StatusOr<StreamMessageCost> MeasureStreamMessageCost(
       batch_start = ProcessCpuSeconds();
     }
   }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<StreamMessageCost> MeasureStreamMessageCost(
+    const std::string& own_address, const StreamProbeOptions& options) {
+  const int64_t max_floats = UpstreamStream::kMaxEchoBytes / 4;
+  if (options.messages < 1 || options.warmup < 0 || options.floats < 1 ||
+      options.floats > max_floats || options.large_floats < 0 ||
+      options.large_floats > max_floats ||
+      (options.large_floats > 0 && options.large_floats <= options.floats) ||
+      !(options.gap_seconds >= 0) || !(options.batch_gap_seconds >= 0) ||
+      !(options.deadline_seconds > 0)) {
+    return absl::InvalidArgumentError("bad stream probe options");
+  }
+  ProbeStream stream(own_address);
+  stream.Start();
+  int64_t step = 0;
+  absl::StatusOr<ProbeSeries> small =
+      RunSeries(&stream, options.floats, options, &step);
+  absl::StatusOr<ProbeSeries> large = ProbeSeries{};
+  if (small.ok() && options.large_floats > 0) {
+    large = RunSeries(&stream, options.large_floats, options, &step);
+  }
+  absl::Status failure = small.ok() ? large.status() : small.status();
   const absl::Status ended = stream.Close();
   // The server's reason, where it ended the stream first (it refused the
   // probe, or a message).
@@ -213,7 +227,17 @@ absl::StatusOr<StreamMessageCost> MeasureStreamMessageCost(
         absl::StrCat("stream probe on ", own_address, ": ", failure.message()));
   }
   // A round trip: two messages, four message ends, all in this process.
-  return StreamMessageCost{Median(round_trips) / 2, Median(cpu_per_round) / 4};
+  StreamMessageCost cost;
+  cost.hop_seconds = Median(small->round_trips) / 2;
+  cost.cpu_seconds = Median(small->cpu_per_round) / 4;
+  if (options.large_floats > 0) {
+    const double extra_bytes =
+        4.0 * static_cast<double>(options.large_floats - options.floats);
+    cost.cpu_seconds_per_byte =
+        std::max(0.0, (Median(large->cpu_per_round) / 4 - cost.cpu_seconds) /
+                          extra_bytes);
+  }
+  return cost;
 }
 
 }  // namespace pipetrain

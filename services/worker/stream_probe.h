@@ -1,9 +1,10 @@
 // The cost of a stage message on the stage stream's own path: a worker
 // opens a ProbeExchange stream to its own server (FrameHeader.echo,
 // UpstreamStream's probe streams: the Exchange stream's code, echoing) and
-// sends small activations one at a time, each from a thread that then waits in
-// a mailbox for its echo, as a stage's executor sends a message and waits for
-// the next.
+// sends activations one at a time, each from a thread that then waits in a
+// mailbox for its echo, as a stage's executor sends a message and waits for
+// the next: small ones, then ones as large as an echo may be, for what a
+// byte of payload adds.
 //
 // A message so goes the way a stage's does: encoded on the sending thread,
 // written by gRPC (its callback threads finish the write and read the
@@ -30,6 +31,11 @@ struct StreamProbeOptions {
   int warmup = 5;
   // Floats of each message's activation.
   int floats = 64;
+  // Then as many messages again of this many floats, for the CPU a byte of
+  // payload adds (StreamMessageCost::cpu_seconds_per_byte), above `floats`
+  // and at most the echo limit (UpstreamStream::kMaxEchoBytes / 4). 0:
+  // not measured.
+  int large_floats = 16384;
   // Idle time before each message, and after each batch of ten.
   double gap_seconds = 0.002;
   double batch_gap_seconds = 0.03;
@@ -47,6 +53,11 @@ struct StreamMessageCost {
   // median over batches of ten round trips, each batch followed by
   // `batch_gap_seconds` of idle time (WorkerInfo.message_cpu_seconds).
   double cpu_seconds = 0;
+  // The CPU per message end that each byte of payload adds: the large
+  // messages' CPU per end less the small ones', over the difference in
+  // their payloads, at least 0; 0 when not measured
+  // (WorkerInfo.message_cpu_seconds_per_byte).
+  double cpu_seconds_per_byte = 0;
 };
 
 // Measures on the StageService at `own_address` (this worker's own server,

@@ -298,9 +298,12 @@ absl::Status Run() {
   if (stream_cost.ok()) {
     info.set_stream_hop_seconds(stream_cost->hop_seconds);
     info.set_message_cpu_seconds(stream_cost->cpu_seconds);
+    info.set_message_cpu_seconds_per_byte(stream_cost->cpu_seconds_per_byte);
     PT_LOG(INFO) << "stage stream: " << stream_cost->hop_seconds * 1e6
                  << " us a message, CPU " << stream_cost->cpu_seconds * 1e6
-                 << " us per message end";
+                 << " us per message end and "
+                 << stream_cost->cpu_seconds_per_byte * 1e9
+                 << " ms per MB of payload";
   } else {
     PT_LOG(WARNING) << "cannot measure a stage stream on its own server (the "
                     << "planner uses the Probe calls' figures): "
