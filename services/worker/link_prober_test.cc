@@ -140,6 +140,7 @@ TEST_F(LinkProberTest, MeasuresTheMessageCostOnItsOwnServer) {
 TEST_F(LinkProberTest, MeasuresAStageStreamOnItsOwnServer) {
   StreamProbeOptions options;
   options.messages = 20;
+  options.large_messages = 10;
   absl::StatusOr<StreamMessageCost> cost =
       MeasureStreamMessageCost(target_.address(), options);
   ASSERT_TRUE(cost.ok()) << cost.status();
@@ -189,6 +190,10 @@ TEST_F(LinkProberTest, TheStreamProbesLargeMessagesAreOptional) {
               absl::StatusCode::kInvalidArgument)
         << large;
   }
+  StreamProbeOptions none;
+  none.large_messages = 0;
+  EXPECT_EQ(MeasureStreamMessageCost(target_.address(), none).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(LinkProberTest, OneStreamProbeAtATime) {

@@ -200,6 +200,7 @@ absl::StatusOr<StreamMessageCost> MeasureStreamMessageCost(
   if (options.messages < 1 || options.warmup < 0 || options.floats < 1 ||
       options.floats > max_floats || options.large_floats < 0 ||
       options.large_floats > max_floats ||
+      (options.large_floats > 0 && options.large_messages < 1) ||
       (options.large_floats > 0 && options.large_floats <= options.floats) ||
       !(options.gap_seconds >= 0) || !(options.batch_gap_seconds >= 0) ||
       !(options.deadline_seconds > 0)) {
@@ -212,7 +213,9 @@ absl::StatusOr<StreamMessageCost> MeasureStreamMessageCost(
       RunSeries(&stream, options.floats, options, &step);
   absl::StatusOr<ProbeSeries> large = ProbeSeries{};
   if (small.ok() && options.large_floats > 0) {
-    large = RunSeries(&stream, options.large_floats, options, &step);
+    StreamProbeOptions large_options = options;
+    large_options.messages = options.large_messages;
+    large = RunSeries(&stream, options.large_floats, large_options, &step);
   }
   absl::Status failure = small.ok() ? large.status() : small.status();
   const absl::Status ended = stream.Close();

@@ -31,11 +31,13 @@ struct StreamProbeOptions {
   int warmup = 5;
   // Floats of each message's activation.
   int floats = 64;
-  // Then as many messages again of this many floats, for the CPU a byte of
-  // payload adds (StreamMessageCost::cpu_seconds_per_byte), above `floats`
-  // and at most the echo limit (UpstreamStream::kMaxEchoBytes / 4). 0:
-  // not measured.
+  // Then `large_messages` timed (after `warmup`) of this many floats, for
+  // the CPU a byte of payload adds (StreamMessageCost::cpu_seconds_per_byte),
+  // above `floats` and at most the echo limit
+  // (UpstreamStream::kMaxEchoBytes / 4). 0: not measured. Fewer than the
+  // small ones: a worker's start waits for them.
   int large_floats = 16384;
+  int large_messages = 30;
   // Idle time before each message, and after each batch of ten.
   double gap_seconds = 0.002;
   double batch_gap_seconds = 0.03;
