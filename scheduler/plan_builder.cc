@@ -245,11 +245,8 @@ void FillLink(const PlanRequest& request,
   p->set_link_bandwidth_bytes_per_s(link.bandwidth_bytes_per_s);
   p->set_link_rtt_seconds(link.rtt_seconds);
   const LayerCost& cut = request.layers[stages[s].layer_end - 1];
-  const auto or_plain = [&](int64_t wire) {
-    return wire >= 0 ? wire : cut.activation_bytes;
-  };
-  p->set_wire_bytes_per_micro_batch(or_plain(cut.activation_wire_bytes) +
-                                    or_plain(cut.gradient_wire_bytes));
+  p->set_wire_bytes_per_micro_batch(cut.ActivationOnWire() +
+                                    cut.GradientOnWire());
 }
 
 // Contiguous stages, as the planner placed them.

@@ -35,6 +35,16 @@ struct LayerCost {
   // -1: activation_bytes.
   int64_t activation_wire_bytes = -1;
   int64_t gradient_wire_bytes = -1;
+
+  // What the activation and its gradient take on the wire: the wire
+  // figures, else activation_bytes.
+  int64_t ActivationOnWire() const {
+    return activation_wire_bytes >= 0 ? activation_wire_bytes
+                                      : activation_bytes;
+  }
+  int64_t GradientOnWire() const {
+    return gradient_wire_bytes >= 0 ? gradient_wire_bytes : activation_bytes;
+  }
 };
 
 struct PlannerWorker {

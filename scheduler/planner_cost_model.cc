@@ -26,12 +26,8 @@ StageCostModel::StageCostModel(const PlanRequest& request)
     activation_prefix_[l + 1] =
         activation_prefix_[l] + static_cast<double>(layer.activation_bytes);
     activation_bytes_.push_back(static_cast<double>(layer.activation_bytes));
-    activation_wire_.push_back(static_cast<double>(
-        layer.activation_wire_bytes >= 0 ? layer.activation_wire_bytes
-                                         : layer.activation_bytes));
-    gradient_wire_.push_back(static_cast<double>(layer.gradient_wire_bytes >= 0
-                                                     ? layer.gradient_wire_bytes
-                                                     : layer.activation_bytes));
+    activation_wire_.push_back(static_cast<double>(layer.ActivationOnWire()));
+    gradient_wire_.push_back(static_cast<double>(layer.GradientOnWire()));
   }
   // Link classes: zones, numbered in order of first appearance among the
   // workers; with measured links every worker is a class of its own (the

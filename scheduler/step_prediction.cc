@@ -113,25 +113,10 @@ StageWork WorkOf(const PlanRequest& request, const StageAssignment& stage) {
   return work;
 }
 
-// Wire bytes of a micro-batch's activation, and of its gradient, across
-// the cut after layer `last`.
-double ActivationWireBytes(const PlanRequest& request, int last) {
-  const LayerCost& cut = request.layers[last];
-  return static_cast<double>(cut.activation_wire_bytes >= 0
-                                 ? cut.activation_wire_bytes
-                                 : cut.activation_bytes);
-}
-double GradientWireBytes(const PlanRequest& request, int last) {
-  const LayerCost& cut = request.layers[last];
-  return static_cast<double>(cut.gradient_wire_bytes >= 0
-                                 ? cut.gradient_wire_bytes
-                                 : cut.activation_bytes);
-}
-
 // The CPU one end of a message of `bytes` on the wire takes.
-double MessageEndCpu(const PlanRequest& request, double bytes) {
+double MessageEndCpu(const PlanRequest& request, int64_t bytes) {
   return request.message_cpu_seconds +
-         bytes * request.message_cpu_seconds_per_byte;
+         static_cast<double>(bytes) * request.message_cpu_seconds_per_byte;
 }
 
 // The machines the stages' workers run on (PlannerWorker::host_id and
@@ -274,16 +259,18 @@ double SimulatedStep(const v1::JobSpec& spec, const PlanRequest& request,
     c.forward += o * neighbours;
     c.backward += o * neighbours;
     if (s + 1 < k) {
-      const double bytes = ActivationWireBytes(request, a.layer_end - 1);
-      c.activation_transfer = bytes / down[s].bandwidth_bytes_per_s;
+      const int64_t bytes = request.layers[a.layer_end - 1].ActivationOnWire();
+      c.activation_transfer =
+          static_cast<double>(bytes) / down[s].bandwidth_bytes_per_s;
       c.activation_message_cpu =
           std::max(0.0, MessageEndCpu(request, bytes) - o);
       c.send = 0.25 * (down[s].rtt_seconds + up[s + 1].rtt_seconds) +
                request.stream_extra_seconds;
     }
     if (s > 0) {
-      const double bytes = GradientWireBytes(request, a.layer_begin - 1);
-      c.gradient_transfer = bytes / up[s].bandwidth_bytes_per_s;
+      const int64_t bytes = request.layers[a.layer_begin - 1].GradientOnWire();
+      c.gradient_transfer =
+          static_cast<double>(bytes) / up[s].bandwidth_bytes_per_s;
       c.gradient_message_cpu = std::max(0.0, MessageEndCpu(request, bytes) - o);
       c.gradient_send = 0.25 * (up[s].rtt_seconds + down[s - 1].rtt_seconds) +
                         request.stream_extra_seconds;
@@ -364,8 +351,9 @@ SharedCpuBound SharedCpuStep(const v1::JobSpec& spec,
     machine.message_ends += static_cast<int64_t>(m) * 2 * neighbours;
     // A side's ends: the activation and the gradient across its cut.
     const auto side = [&](int last) {
-      return m * (MessageEndCpu(request, ActivationWireBytes(request, last)) +
-                  MessageEndCpu(request, GradientWireBytes(request, last)));
+      const LayerCost& cut = request.layers[last];
+      return m * (MessageEndCpu(request, cut.ActivationOnWire()) +
+                  MessageEndCpu(request, cut.GradientOnWire()));
     };
     if (s > 0) machine.messages += side(stages[s].layer_begin - 1);
     if (s + 1 < n) machine.messages += side(stages[s].layer_end - 1);
