@@ -1,6 +1,9 @@
 #include "worker/data/synthetic.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -20,16 +23,90 @@ constexpr uint64_t kTeacherStream = 1;
 constexpr uint64_t kTrainStream = 2;
 constexpr uint64_t kEvalStream = 3;
 
-// A standard-normal value that is a pure function of (seed, index):
-// Box-Muller on two counter-based uniforms.
-float GaussianAt(uint64_t seed, uint64_t index) {
-  constexpr double kTwoPi = 6.283185307179586;
-  // 1 - u lies in (0, 1], so the logarithm stays finite.
-  const double u1 = 1.0 - math::UniformAt(seed, 2 * index);
-  const double u2 = math::UniformAt(seed, 2 * index + 1);
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
-                            std::cos(kTwoPi * u2));
+// Natural logarithm of u in (0, 1], in float arithmetic only (no libm
+// call, so a loop of them vectorizes): u = m * 2^e with m in [sqrt(1/2),
+// sqrt(2)), ln u = e ln 2 + 2 atanh((m - 1) / (m + 1)), the series to
+// s^9 (|s| <= 0.172, so its first omitted term is below 7e-10).
+inline float LogUnit(float u) {
+  uint32_t bits;
+  std::memcpy(&bits, &u, sizeof bits);
+  // Exponent relative to [sqrt(1/2), sqrt(2)): shift the mantissa's range
+  // by the bits of sqrt(1/2) (0x3f3504f3) before splitting.
+  const uint32_t shifted = bits - 0x3f3504f3u;
+  const int32_t e = static_cast<int32_t>(shifted) >> 23;
+  const uint32_t mbits = (shifted & 0x007fffffu) + 0x3f3504f3u;
+  float m;
+  std::memcpy(&m, &mbits, sizeof m);
+  const float s = (m - 1.0f) / (m + 1.0f);
+  const float s2 = s * s;
+  const float series =
+      1.0f + s2 * (1.0f / 3 + s2 * (1.0f / 5 + s2 * (1.0f / 7 + s2 / 9)));
+  return static_cast<float>(e) * 0.69314718f + 2.0f * s * series;
 }
+
+// cos and sin of 2 pi t for t in [0, 1), in float arithmetic only: the
+// quarter turn q = floor(4t) and theta = (4t - q) pi / 2 in [0, pi/2),
+// Taylor polynomials to theta^12 and theta^11 (first omitted terms below
+// 7e-9 and 6e-8), then (cos, sin) rotated by q quarter turns.
+inline void CosSinTurn(float t, float* c, float* s) {
+  const float quarters = 4.0f * t;
+  const int32_t q = static_cast<int32_t>(quarters);  // floor: t >= 0
+  const float x = (quarters - static_cast<float>(q)) * 1.57079633f;
+  const float x2 = x * x;
+  // Horner over x^2, highest power first.
+  constexpr float kCos[] = {
+      1.0f,         -1.0f / 2,       1.0f / 24,       -1.0f / 720,
+      1.0f / 40320, -1.0f / 3628800, 1.0f / 479001600};
+  constexpr float kSin[] = {1.0f,         -1.0f / 6,     1.0f / 120,
+                            -1.0f / 5040, 1.0f / 362880, -1.0f / 39916800};
+  float cx = kCos[6];
+  for (int i = 5; i >= 0; --i) cx = kCos[i] + x2 * cx;
+  float sx = kSin[5];
+  for (int i = 4; i >= 0; --i) sx = kSin[i] + x2 * sx;
+  sx *= x;
+  // Quarter turns: q = 0: (cx, sx); 1: (-sx, cx); 2: (-cx, -sx); 3: (sx, -cx).
+  const bool odd = (q & 1) != 0;
+  const float cos_abs = odd ? sx : cx;
+  const float sin_abs = odd ? cx : sx;
+  *c = ((q + 1) & 2) != 0 ? -cos_abs : cos_abs;
+  *s = (q & 2) != 0 ? -sin_abs : sin_abs;
+}
+
+}  // namespace
+
+void SyntheticGaussians(uint64_t seed, int64_t count, float* out) {
+  // The uniforms are hashed a chunk at a time, then the chunk's pairs go
+  // through float arithmetic alone, a loop the compiler vectorizes.
+  constexpr int64_t kChunk = 64;
+  float u1[kChunk];
+  float u2[kChunk];
+  float cos_part[kChunk];
+  float sin_part[kChunk];
+  const int64_t pairs = (count + 1) / 2;  // an odd count uses a cos alone
+  for (int64_t first = 0; first < pairs; first += kChunk) {
+    const int64_t n = std::min(kChunk, pairs - first);
+    for (int64_t j = 0; j < n; ++j) {
+      const uint64_t i = static_cast<uint64_t>(2 * (first + j));
+      // 1 - u lies in (0, 1], so the logarithm stays finite.
+      u1[j] = 1.0f - math::UniformAt(seed, i);
+      u2[j] = math::UniformAt(seed, i + 1);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const float r = std::sqrt(-2.0f * LogUnit(u1[j]));
+      float c, s;
+      CosSinTurn(u2[j], &c, &s);
+      cos_part[j] = r * c;
+      sin_part[j] = r * s;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t v = 2 * (first + j);
+      out[v] = cos_part[j];
+      if (v + 1 < count) out[v + 1] = sin_part[j];
+    }
+  }
+}
+
+namespace {
 
 // The teacher weights W[classes, features], shared by both splits.
 using Teacher = std::vector<float>;
@@ -57,9 +134,7 @@ class SyntheticDataset final : public Dataset {
   void GetInput(int64_t index, float* input) const override {
     const uint64_t sample_seed = math::SplitMix64(
         stream_seed_ ^ math::SplitMix64(static_cast<uint64_t>(index)));
-    for (int64_t f = 0; f < features_; ++f) {
-      input[f] = GaussianAt(sample_seed, static_cast<uint64_t>(f));
-    }
+    SyntheticGaussians(sample_seed, features_, input);
   }
 
   void GetLabel(int64_t index, float* label) const override {
@@ -74,14 +149,28 @@ class SyntheticDataset final : public Dataset {
   }
 
  private:
-  // The teacher's argmax over classes for one sample's features.
+  // The teacher's argmax over classes for one sample's features. Each
+  // score sums its products in kLanes interleaved partial sums (feature f
+  // into lane f % kLanes), which the compiler keeps in vector registers,
+  // then adds the lanes in a fixed order: the same bits on every call.
   int64_t TeacherClass(const float* input) const {
+    constexpr int64_t kLanes = 8;
     int64_t best_class = 0;
     double best_score = 0.0;
     for (int64_t c = 0; c < classes_; ++c) {
       const float* row = teacher_->data() + c * features_;
+      float lanes[kLanes] = {};
+      int64_t f = 0;
+      for (; f + kLanes <= features_; f += kLanes) {
+        for (int64_t l = 0; l < kLanes; ++l) {
+          lanes[l] += row[f + l] * input[f + l];
+        }
+      }
+      for (int64_t l = 0; f < features_; ++f, ++l) {
+        lanes[l] += row[f] * input[f];
+      }
       double score = 0.0;
-      for (int64_t f = 0; f < features_; ++f) score += row[f] * input[f];
+      for (float lane : lanes) score += lane;
       if (c == 0 || score > best_score) {
         best_class = c;
         best_score = score;
@@ -132,9 +221,7 @@ absl::StatusOr<DatasetPair> OpenSynthetic(const v1::SyntheticSource& source,
 
   auto teacher = std::make_shared<Teacher>(classes * features);
   const uint64_t teacher_seed = math::SplitMix64(data_seed ^ kTeacherStream);
-  for (size_t i = 0; i < teacher->size(); ++i) {
-    (*teacher)[i] = GaussianAt(teacher_seed, i);
-  }
+  SyntheticGaussians(teacher_seed, classes * features, teacher->data());
 
   DatasetPair pair;
   pair.train = std::make_unique<SyntheticDataset>(

@@ -1,5 +1,6 @@
 #include "worker/data/synthetic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
@@ -8,6 +9,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/compute/elementwise_math.h"
 
 namespace pipetrain {
 namespace {
@@ -160,6 +162,75 @@ TEST(SyntheticTest, TaskIsLearnableAcrossSplits) {
     if (best == static_cast<int>(s.label)) ++correct;
   }
   EXPECT_GT(correct, pair.eval->size() * 6 / 10);
+}
+
+// The float generator against Box-Muller in double precision with libm's
+// log, cos and sin on the same uniforms: value 2j is r cos(2 pi u2), value
+// 2j + 1 is r sin(2 pi u2), r = sqrt(-2 ln u1). Counts that are odd, that
+// end inside a chunk and that span several chunks, and uniforms near 0
+// and 1 (the largest radii) among many seeds.
+TEST(SyntheticTest, GaussiansAreBoxMullerOfTheirUniforms) {
+  constexpr double kTwoPi = 6.283185307179586;
+  double largest_radius = 0.0;
+  for (int64_t count : {1, 2, 7, 64, 129, 300}) {
+    for (uint64_t seed = 0; seed < 200; ++seed) {
+      std::vector<float> values(static_cast<size_t>(count), NAN);
+      SyntheticGaussians(seed, count, values.data());
+      for (int64_t v = 0; v < count; ++v) {
+        const uint64_t j = static_cast<uint64_t>(v / 2);
+        const double u1 = 1.0 - math::UniformAt(seed, 2 * j);
+        const double u2 = math::UniformAt(seed, 2 * j + 1);
+        const double r = std::sqrt(-2.0 * std::log(u1));
+        largest_radius = std::max(largest_radius, r);
+        const double want =
+            v % 2 == 0 ? r * std::cos(kTwoPi * u2) : r * std::sin(kTwoPi * u2);
+        ASSERT_NEAR(values[v], want, 2e-6 * std::max(1.0, r))
+            << "seed " << seed << " count " << count << " value " << v;
+      }
+    }
+  }
+  EXPECT_GT(largest_radius, 3.5);  // the tail was reached
+}
+
+// A shorter run is a prefix of a longer one: the odd count's last value is
+// the cosine of the pair a longer run completes.
+TEST(SyntheticTest, GaussiansOfAShorterCountAreAPrefix) {
+  std::vector<float> longer(301);
+  SyntheticGaussians(42, 301, longer.data());
+  for (int64_t count : {1, 2, 63, 64, 65, 128, 129, 300}) {
+    std::vector<float> shorter(static_cast<size_t>(count));
+    SyntheticGaussians(42, count, shorter.data());
+    EXPECT_EQ(shorter,
+              std::vector<float>(longer.begin(), longer.begin() + count))
+        << count;
+  }
+}
+
+// Both outputs of a pair are standard normal and uncorrelated; the fourth
+// moment is a normal's 3 (a quarter-turn error in cos or sin would show in
+// the mean, the correlation or the spread).
+TEST(SyntheticTest, GaussianPairsAreIndependentStandardNormals) {
+  constexpr int64_t kCount = 200000;
+  std::vector<float> values(kCount);
+  SyntheticGaussians(9, kCount, values.data());
+  double sum[2] = {0, 0}, squares[2] = {0, 0}, fourth[2] = {0, 0};
+  double cross = 0.0;
+  for (int64_t j = 0; j < kCount / 2; ++j) {
+    for (int k = 0; k < 2; ++k) {
+      const double x = values[2 * j + k];
+      sum[k] += x;
+      squares[k] += x * x;
+      fourth[k] += x * x * x * x;
+    }
+    cross += static_cast<double>(values[2 * j]) * values[2 * j + 1];
+  }
+  const double n = kCount / 2;
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_NEAR(sum[k] / n, 0.0, 0.01) << (k == 0 ? "cos" : "sin");
+    EXPECT_NEAR(squares[k] / n, 1.0, 0.02) << (k == 0 ? "cos" : "sin");
+    EXPECT_NEAR(fourth[k] / n, 3.0, 0.1) << (k == 0 ? "cos" : "sin");
+  }
+  EXPECT_NEAR(cross / n, 0.0, 0.01);
 }
 
 TEST(SyntheticTest, NonPositiveFieldsAreInvalidArgumentNamingThem) {
