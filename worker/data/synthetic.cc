@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/compute/elementwise_math.h"
+#include "worker/compute/half.h"
 
 namespace pipetrain {
 namespace {
@@ -28,15 +28,11 @@ constexpr uint64_t kEvalStream = 3;
 // sqrt(2)), ln u = e ln 2 + 2 atanh((m - 1) / (m + 1)), the series to
 // s^9 (|s| <= 0.172, so its first omitted term is below 7e-10).
 inline float LogUnit(float u) {
-  uint32_t bits;
-  std::memcpy(&bits, &u, sizeof bits);
   // Exponent relative to [sqrt(1/2), sqrt(2)): shift the mantissa's range
   // by the bits of sqrt(1/2) (0x3f3504f3) before splitting.
-  const uint32_t shifted = bits - 0x3f3504f3u;
+  const uint32_t shifted = FloatBits(u) - 0x3f3504f3u;
   const int32_t e = static_cast<int32_t>(shifted) >> 23;
-  const uint32_t mbits = (shifted & 0x007fffffu) + 0x3f3504f3u;
-  float m;
-  std::memcpy(&m, &mbits, sizeof m);
+  const float m = BitsToFloat((shifted & 0x007fffffu) + 0x3f3504f3u);
   const float s = (m - 1.0f) / (m + 1.0f);
   const float s2 = s * s;
   const float series =
