@@ -9,11 +9,15 @@
 // the stage stream and then with raw TCP. It prints its ratio (stage stream
 // / raw TCP throughput, each side's best round) and the median and range
 // of the rounds' own ratios: on a shared 2-core machine the stream's
-// rounds have run from a quarter of its best to its best. Last line:
+// rounds have run from a quarter of its best to its best. Beside them, the
+// share of the stream's counted time spent in stalls: gaps of more than
+// kStallSeconds between one frame's write completing and the next's (at
+// 1 MiB frames a write takes 0.1-0.8 ms when the stream runs well); the
+// slow rounds are made of them. Last line:
 // {"bench":"transport", ..., "ratio_vs_tcp": <the smallest ratio over the
 // sizes of at least 1 MiB>, "ratio_vs_tcp_1mib": ..., "ratio_vs_tcp_4mib":
-// ..., "ratio_<n>mib", "ratio_median_<n>mib"}: the headline is the worst
-// size, not the best-looking one.
+// ..., "ratio_<n>mib", "ratio_median_<n>mib", "stall_share_<n>mib"}: the
+// headline is the worst size, not the best-looking one.
 //
 // First, in one process, the codec's own cost on the critical path: a
 // 16 MiB float32 activation ([16384, 256]) encoded into 1 MiB frames and
@@ -59,6 +63,8 @@ constexpr int64_t kMiB = 1 << 20;
 constexpr int64_t kBytesPerSize = 512 * kMiB;
 // Counted rounds per size, each side once a round.
 constexpr int kRounds = 5;
+// A gap between write completions longer than this is a stall.
+constexpr double kStallSeconds = 0.002;
 
 // Frame payload size; PIPETRAIN_CHUNK_BYTES overrides it for experiments.
 // Read once, first thing in Main: a bad value stops the bench before it
@@ -227,7 +233,20 @@ class GrpcSender
     while (!done_) cv_.Wait(&mu_);
     return failed_ ? -1 : seconds;
   }
+  // After Run: the seconds spent in gaps longer than kStallSeconds between
+  // consecutive write completions.
+  double StalledSeconds() const {
+    double stalled = 0;
+    for (size_t i = 1; i < write_done_.size(); ++i) {
+      const double gap = write_done_[i] - write_done_[i - 1];
+      if (gap > kStallSeconds) stalled += gap;
+    }
+    return stalled;
+  }
   void OnWriteDone(bool ok) override {
+    // Reactions run one write at a time; Run's caller reads the times only
+    // after OnDone, under mu_.
+    write_done_.push_back(Now());
     if (ok) WriteNext();
   }
   void OnReadDone(bool ok) override {
@@ -256,6 +275,7 @@ class GrpcSender
   std::deque<grpc::ByteBuffer> pending_;
   grpc::ByteBuffer current_;
   grpc::ByteBuffer ack_;
+  std::vector<double> write_done_;
   const int count_;
   absl::Mutex mu_;
   absl::CondVar cv_;
@@ -407,6 +427,7 @@ int Main() {
     // the rounds' own ratios beside it (how the stream runs as a rule).
     double best_grpc = 1e9, best_tcp = 1e9;
     std::vector<double> round_ratios;
+    double stalled = 0, stream_seconds = 0;  // over the counted rounds
     for (int round = -1; round < kRounds; ++round) {
       GrpcSender sender(channel, bytes, count);
       const double g = sender.Run();
@@ -420,6 +441,8 @@ int Main() {
       best_grpc = std::min(best_grpc, g);
       best_tcp = std::min(best_tcp, t);
       round_ratios.push_back(t / g);
+      stalled += sender.StalledSeconds();
+      stream_seconds += g;
     }
     const auto [lowest, highest] =
         std::minmax_element(round_ratios.begin(), round_ratios.end());
@@ -430,17 +453,19 @@ int Main() {
     if (mib >= 1) worst_ratio = std::min(worst_ratio, ratio);
     if (mib == 1) ratio_1mib = ratio;
     if (mib == 4) ratio_4mib = ratio;
+    const double stall_share = stalled / stream_seconds;
     std::printf(
         "%3lld MiB tensors: stage stream %.2f GB/s, raw TCP %.2f GB/s, ratio "
         "%.3f (best of %d rounds each); round by round median %.3f [%.3f, "
-        "%.3f]\n",
+        "%.3f]; stalls %.0f%% of the stream's time\n",
         static_cast<long long>(mib), grpc_gbs, tcp_gbs, ratio, kRounds,
-        median_ratio, *lowest, *highest);
+        median_ratio, *lowest, *highest, 100 * stall_share);
     json += absl::StrFormat(
         ",\"grpc_gbps_%dmib\":%.3f,\"tcp_gbps_%dmib\":%.3f,\"ratio_%dmib\":%."
-        "3f,\"ratio_median_%dmib\":%.3f",
+        "3f,\"ratio_median_%dmib\":%.3f,\"stall_share_%dmib\":%.3f",
         static_cast<int>(mib), grpc_gbs, static_cast<int>(mib), tcp_gbs,
-        static_cast<int>(mib), ratio, static_cast<int>(mib), median_ratio);
+        static_cast<int>(mib), ratio, static_cast<int>(mib), median_ratio,
+        static_cast<int>(mib), stall_share);
   }
   json += absl::StrFormat(
       ",\"ratio_vs_tcp\":%.3f,\"ratio_vs_tcp_1mib\":%.3f,"
