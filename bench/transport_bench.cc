@@ -235,18 +235,15 @@ class GrpcSender
   }
   // After Run: the seconds spent in gaps longer than kStallSeconds between
   // consecutive write completions.
-  double StalledSeconds() const {
-    double stalled = 0;
-    for (size_t i = 1; i < write_done_.size(); ++i) {
-      const double gap = write_done_[i] - write_done_[i - 1];
-      if (gap > kStallSeconds) stalled += gap;
-    }
-    return stalled;
-  }
+  double stalled_seconds() const { return stalled_seconds_; }
   void OnWriteDone(bool ok) override {
-    // Reactions run one write at a time; Run's caller reads the times only
+    // Reactions run one write at a time; Run's caller reads the sum only
     // after OnDone, under mu_.
-    write_done_.push_back(Now());
+    const double now = Now();
+    if (last_write_done_ > 0 && now - last_write_done_ > kStallSeconds) {
+      stalled_seconds_ += now - last_write_done_;
+    }
+    last_write_done_ = now;
     if (ok) WriteNext();
   }
   void OnReadDone(bool ok) override {
@@ -275,7 +272,8 @@ class GrpcSender
   std::deque<grpc::ByteBuffer> pending_;
   grpc::ByteBuffer current_;
   grpc::ByteBuffer ack_;
-  std::vector<double> write_done_;
+  double last_write_done_ = 0;
+  double stalled_seconds_ = 0;
   const int count_;
   absl::Mutex mu_;
   absl::CondVar cv_;
@@ -441,7 +439,7 @@ int Main() {
       best_grpc = std::min(best_grpc, g);
       best_tcp = std::min(best_tcp, t);
       round_ratios.push_back(t / g);
-      stalled += sender.StalledSeconds();
+      stalled += sender.stalled_seconds();
       stream_seconds += g;
     }
     const auto [lowest, highest] =
