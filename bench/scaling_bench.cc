@@ -92,6 +92,7 @@
 #include "absl/strings/strip.h"
 #include "bench/bench_env.h"
 #include "bench/bench_models.h"
+#include "common/heap_tuning.h"
 #include "common/median.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
@@ -971,6 +972,8 @@ int Main() {
 }  // namespace pipetrain
 
 int main(int argc, char** argv) {
+  // The capacity trainers run with the heap the workers set (worker_main).
+  pipetrain::KeepFreedHeapMemory();
   if (argc == 6 && std::strcmp(argv[1], pipetrain::kChildFlag) == 0) {
     int micro_batches = 0, warmup = 0, steps = 0;
     if (!absl::SimpleAtoi(argv[3], &micro_batches) ||

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cpu_quota.h"
+#include "common/heap_tuning.h"
 #include "common/logging.h"
 #include "common/metrics_registry.h"
 #include "common/secret.h"
@@ -337,11 +338,15 @@ absl::Status Run() {
 }  // namespace pipetrain
 
 int main(int argc, char** argv) {
+  // Before any thread starts: gRPC's receive slices then reuse freed heap
+  // memory instead of fresh pages (common/heap_tuning.h).
+  const pipetrain::HeapTuning heap = pipetrain::KeepFreedHeapMemory();
   pipetrain::BlockShutdownSignals();
   absl::SetProgramUsageMessage(
       "A pipetrain stage worker.\n"
       "  pipetrain-worker --listen 0.0.0.0:7100 --metrics_port 9100");
   absl::ParseCommandLine(argc, argv);
+  PT_LOG(INFO) << pipetrain::HeapTuningDescription(heap);
   const absl::Status status = pipetrain::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "pipetrain-worker: %s\n", status.ToString().c_str());
