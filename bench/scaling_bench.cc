@@ -56,7 +56,9 @@
 // PIPETRAIN_PACKED_GEMM=0 (their CPU backends send every product to
 // OpenBLAS instead of reusing a packed copy of each weight for the step's
 // micro-batches); `<schedule>_m8_packed_vs_unpacked` is the median of the
-// per-repetition ratios of samples/s.
+// per-repetition ratios of samples/s. Each pair is planned (cut and
+// predicted step) on a profile of its own first worker, as the scheduler
+// profiles each kind of worker on its own device.
 //
 // Knobs: PIPETRAIN_BENCH_REPS (3), PIPETRAIN_BENCH_STEPS (measured steps
 // per run, 6), PIPETRAIN_BENCH_WARMUP (2), PIPETRAIN_BENCH_MODEL (mlp or
@@ -688,21 +690,26 @@ int Main() {
       // micro-batches of batch / M, each layer run as the job's schedule
       // runs it (weights laid out once a step for the synchronous ones);
       // one profile per answer.
-      std::map<bool, v1::ProfileResponse> profiles;
-      auto profile_for = [&](v1::ScheduleKindProto kind)
-          -> absl::StatusOr<const v1::ProfileResponse*> {
+      // The unpacked cases are planned on a profile of their own workers,
+      // as the scheduler profiles each kind of worker on its own device.
+      std::map<std::pair<bool, bool>, v1::ProfileResponse> profiles;
+      auto profile_for =
+          [&](v1::ScheduleKindProto kind,
+              bool unpacked) -> absl::StatusOr<const v1::ProfileResponse*> {
         v1::JobSpec job_spec;
         *job_spec.mutable_training() = spec;
         job_spec.set_schedule(kind);
         const v1::ProfileRequest req = ProfileRequestFor(job_spec, 3);
-        auto it = profiles.find(req.reuse_weights());
+        const std::pair<bool, bool> key(unpacked, req.reuse_weights());
+        auto it = profiles.find(key);
         if (it != profiles.end()) return &it->second;
         v1::ProfileResponse profile;
         grpc::ClientContext ctx;
         const grpc::Status profiled =
-            workers[0].stub->Profile(&ctx, req, &profile);
+            (unpacked ? unpacked_workers : workers)[0].stub->Profile(&ctx, req,
+                                                                     &profile);
         if (!profiled.ok()) return FromGrpcStatus(profiled);
-        return &(profiles[req.reuse_weights()] = std::move(profile));
+        return &(profiles[key] = std::move(profile));
       };
       for (const auto& [name, kind] : kinds) {
         if (kind == v1::SCHEDULE_ASYNC_1F1B && m != 8) continue;
@@ -712,18 +719,23 @@ int Main() {
         c.kind = kind;
         c.m = m;
         c.spec = spec;
-        absl::StatusOr<const v1::ProfileResponse*> profile = profile_for(kind);
-        if (!profile.ok()) {
-          std::fprintf(stderr, "profile %s: %s\n", model.c_str(),
-                       profile.status().ToString().c_str());
-          return 1;
-        }
-        const absl::Status planned = PlanCase(**profile, *worker_figures, &c);
-        if (!planned.ok()) {
-          std::fprintf(stderr, "plan %s %s M=%d: %s\n", model.c_str(), name, m,
-                       planned.ToString().c_str());
-          return 1;
-        }
+        auto plan = [&](Case* c) -> bool {
+          absl::StatusOr<const v1::ProfileResponse*> profile =
+              profile_for(kind, c->unpacked);
+          if (!profile.ok()) {
+            std::fprintf(stderr, "profile %s: %s\n", model.c_str(),
+                         profile.status().ToString().c_str());
+            return false;
+          }
+          const absl::Status planned = PlanCase(**profile, *worker_figures, c);
+          if (!planned.ok()) {
+            std::fprintf(stderr, "plan %s %s M=%d: %s\n", model.c_str(),
+                         Label(*c).c_str(), m, planned.ToString().c_str());
+            return false;
+          }
+          return true;
+        };
+        if (!plan(&c)) return 1;
         // GPipe and ZB-H1 at M = 8 again without packed weights, beside
         // the packed runs.
         const bool compare = m == 8 && (kind == v1::SCHEDULE_GPIPE ||
@@ -731,6 +743,7 @@ int Main() {
         cases.push_back(c);
         if (compare) {
           c.unpacked = true;
+          if (!plan(&c)) return 1;
           cases.push_back(std::move(c));
         }
       }
