@@ -719,18 +719,19 @@ int Main() {
         c.kind = kind;
         c.m = m;
         c.spec = spec;
-        auto plan = [&](Case* c) -> bool {
+        auto plan = [&](Case* target) -> bool {
           absl::StatusOr<const v1::ProfileResponse*> profile =
-              profile_for(kind, c->unpacked);
+              profile_for(target->kind, target->unpacked);
           if (!profile.ok()) {
             std::fprintf(stderr, "profile %s: %s\n", model.c_str(),
                          profile.status().ToString().c_str());
             return false;
           }
-          const absl::Status planned = PlanCase(**profile, *worker_figures, c);
+          const absl::Status planned =
+              PlanCase(**profile, *worker_figures, target);
           if (!planned.ok()) {
             std::fprintf(stderr, "plan %s %s M=%d: %s\n", model.c_str(),
-                         Label(*c).c_str(), m, planned.ToString().c_str());
+                         Label(*target).c_str(), m, planned.ToString().c_str());
             return false;
           }
           return true;
