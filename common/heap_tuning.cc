@@ -5,23 +5,15 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/sanitizer_build.h"
+
 namespace pipetrain {
 namespace {
 
 // AddressSanitizer and ThreadSanitizer bring allocators of their own, on
 // which glibc's mallopt has no effect (ASan's refuses it, TSan's accepts
 // it and ignores it).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kOwnAllocator = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kOwnAllocator = true;
-#else
-constexpr bool kOwnAllocator = false;
-#endif
-#else
-constexpr bool kOwnAllocator = false;
-#endif
+constexpr bool kOwnAllocator = kAddressSanitizerBuild || kThreadSanitizerBuild;
 
 }  // namespace
 

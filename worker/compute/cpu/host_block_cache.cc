@@ -3,20 +3,13 @@
 #include <cstdlib>
 #include <iterator>
 
+#include "common/sanitizer_build.h"
+
 namespace pipetrain {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kKeeps = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kKeeps = false;
-#else
-constexpr bool kKeeps = true;
-#endif
-#else
-constexpr bool kKeeps = true;
-#endif
+// AddressSanitizer keeps nothing, so that a use after free is still caught.
+constexpr bool kKeeps = !kAddressSanitizerBuild;
 
 }  // namespace
 
